@@ -1,0 +1,1 @@
+"""Generated stubs of the omnimesh.v1 gRPC contract (see the .proto files beside them)."""

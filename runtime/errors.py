@@ -1,0 +1,68 @@
+"""Domain errors raised below the servicers; one server interceptor maps them to gRPC status codes with details."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class OmniError(Exception):
+    """Base of every error a client should see as a gRPC status rather than INTERNAL."""
+
+    grpc_code_name = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad field: its path in the request (e.g. `messages[0].content[1].image`) and what is wrong and allowed."""
+
+    field: str
+    description: str
+
+
+class InvalidArgument(OmniError):
+    """Bad input. Always names the field, what is wrong and what is allowed."""
+
+    grpc_code_name = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, description: str, violations: list[FieldViolation] | None = None) -> None:
+        super().__init__(f"{field}: {description}")
+        self.violations = violations or [FieldViolation(field, description)]
+
+
+class Unimplemented(OmniError):
+    grpc_code_name = "UNIMPLEMENTED"
+
+
+class Unavailable(OmniError):
+    """A stage this request needs is down or unreachable."""
+
+    grpc_code_name = "UNAVAILABLE"
+
+    def __init__(self, message: str, stage: str = "") -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+class ResourceExhausted(OmniError):
+    """A queue or a limit is full; the client may retry after `retry_after_s`."""
+
+    grpc_code_name = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Unauthenticated(OmniError):
+    grpc_code_name = "UNAUTHENTICATED"
+
+
+class DeadlineExceeded(OmniError):
+    grpc_code_name = "DEADLINE_EXCEEDED"
+
+
+class Cancelled(OmniError):
+    grpc_code_name = "CANCELLED"
