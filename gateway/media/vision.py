@@ -1,0 +1,290 @@
+"""Decodes client images and videos into resized uint8 RGB frames, grids and token counts for the vision stage.
+
+Bad media raise `InvalidArgument(field, ...)` with the caller's field path (e.g. `messages[0].content[2].image`).
+Sizes are checked from the container header before any pixel is decoded, so a small file that claims a huge
+canvas (a decompression bomb) costs nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+import av
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from runtime.errors import InvalidArgument
+
+IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
+# PyAV names demuxers by comma-joined aliases ("mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm").
+VIDEO_FORMATS = ("mp4", "mov", "webm", "matroska")
+MAX_ASPECT_RATIO = 200  # the reference smart_resize refuses anything longer
+
+
+class ProcessingSettings(Protocol):
+    """What `VisionMediaConfig.from_processing` reads; `services.vision.processing_config.VisionProcessingConfig` fits."""
+
+    patch_size: int
+    temporal_patch_size: int
+    merge_size: int
+    image_min_pixels: int
+    image_max_pixels: int
+    video_min_pixels: int
+    video_max_pixels: int
+    video_fps: float
+    video_max_frames: int
+
+
+@dataclass(frozen=True)
+class VisionMediaConfig:
+    """Resize bounds, video sampling and the gateway's input caps."""
+
+    patch_size: int = 16
+    temporal_patch_size: int = 2
+    merge_size: int = 2
+    image_min_pixels: int = 56 * 56
+    image_max_pixels: int = 28 * 28 * 1280
+    video_min_pixels: int = 128 * 32 * 32
+    video_max_pixels: int = 768 * 32 * 32
+    video_fps: float = 2.0
+    video_max_frames: int = 768
+    max_image_pixels: int = 64 * 1024 * 1024  # decoded canvas cap, checked from the header
+    max_video_frame_pixels: int = 4096 * 4096
+
+    def __post_init__(self) -> None:
+        if self.video_fps <= 0:
+            raise ValueError(f"video_fps={self.video_fps} must be positive; the default is 2.0")
+        for name in ("patch_size", "temporal_patch_size", "merge_size", "video_max_frames", "max_image_pixels",
+                     "max_video_frame_pixels"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+    @classmethod
+    def from_processing(cls, settings: ProcessingSettings, **caps: int) -> VisionMediaConfig:
+        """From the checkpoint's processing settings; `caps` override the gateway-only limits."""
+        return cls(
+            patch_size=settings.patch_size,
+            temporal_patch_size=settings.temporal_patch_size,
+            merge_size=settings.merge_size,
+            image_min_pixels=settings.image_min_pixels,
+            image_max_pixels=settings.image_max_pixels,
+            video_min_pixels=settings.video_min_pixels,
+            video_max_pixels=settings.video_max_pixels,
+            video_fps=settings.video_fps,
+            video_max_frames=settings.video_max_frames,
+            **caps,
+        )
+
+
+class MediaGrid(NamedTuple):
+    """Temporal patches, patch rows, patch columns (the vision stage's `Grid`)."""
+
+    t: int
+    h: int
+    w: int
+
+
+class Size(NamedTuple):
+    height: int
+    width: int
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    frames: np.ndarray  # uint8 [1, H, W, 3], H and W multiples of patch·merge
+    grid: MediaGrid
+    num_tokens: int
+    content_hash: str  # of the encoded bytes and the resize target: equal hashes mean equal embeddings
+
+
+@dataclass(frozen=True)
+class DecodedVideo:
+    frames: np.ndarray  # uint8 [F, H, W, 3], sampled at `fps`
+    grid: MediaGrid  # t = ceil(F / temporal_patch_size): the vision stage repeats the last frame of an odd count
+    num_tokens: int
+    fps: float
+    second_per_grid: float  # seconds one temporal patch spans: temporal_patch_size / fps
+    content_hash: str
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> Size:
+    """The model's resize rule: both sides multiples of `factor`, area within the bounds, aspect ratio kept."""
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise ValueError(f"aspect ratio {max(height, width) / min(height, width):.1f} exceeds {MAX_ASPECT_RATIO}")
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return Size(h_bar, w_bar)
+
+
+def target_size(field: str, height: int, width: int, cfg: VisionMediaConfig, video: bool) -> Size:
+    lo, hi = (cfg.video_min_pixels, cfg.video_max_pixels) if video else (cfg.image_min_pixels, cfg.image_max_pixels)
+    try:
+        return smart_resize(height, width, cfg.factor, lo, hi)
+    except ValueError as err:
+        raise InvalidArgument(field, f"{width}x{height} cannot be used: {err}; crop it closer to square") from None
+
+
+def content_hash(data: bytes, *params: object) -> str:
+    digest = hashlib.blake2b(data, digest_size=16)
+    digest.update(repr(params).encode())
+    return digest.hexdigest()
+
+
+def to_rgb(im: Image.Image) -> Image.Image:
+    """RGB, with any transparency composited onto white (as the reference processor does)."""
+    if "A" in im.getbands() or "transparency" in im.info:
+        rgba = im.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
+    return im.convert("RGB")
+
+
+def open_image(data: bytes, field: str, cfg: VisionMediaConfig) -> Image.Image:
+    """The opened (header-only) image, after the empty, format and pixel-cap checks."""
+    if not data:
+        raise InvalidArgument(field, "is empty (0 bytes); send the encoded image (JPEG, PNG, WebP or GIF)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own cap below decides
+            im = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError:
+        raise InvalidArgument(field, f"declares more than {cfg.max_image_pixels} pixels; send a smaller image") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        raise InvalidArgument(field, "is not a decodable image; send JPEG, PNG, WebP or GIF bytes") from None
+    if im.format not in IMAGE_FORMATS:
+        raise InvalidArgument(field, f"has unsupported format {im.format}; send JPEG, PNG, WebP or GIF")
+    width, height = im.size
+    if width == 0 or height == 0:
+        raise InvalidArgument(field, f"has zero size ({width}x{height}); send an image with pixels")
+    if width * height > cfg.max_image_pixels:
+        raise InvalidArgument(
+            field, f"is {width}x{height} = {width * height} pixels, over the cap of {cfg.max_image_pixels}; downscale it"
+        )
+    return im
+
+
+def decode_image(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedImage:
+    """JPEG / PNG / WebP / GIF (first frame) bytes -> EXIF-upright RGB resized with `smart_resize`."""
+    im = open_image(data, field, cfg)
+    try:
+        im.seek(0)  # an animated GIF stands for its first frame
+        im.load()
+        im = to_rgb(ImageOps.exif_transpose(im))
+    except (OSError, ValueError, SyntaxError, EOFError):
+        raise InvalidArgument(field, f"is a damaged {im.format} file that cannot be decoded") from None
+    size = target_size(field, im.height, im.width, cfg, video=False)
+    im = im.resize((size.width, size.height), Image.Resampling.BICUBIC)
+    frames = np.asarray(im, dtype=np.uint8)[None]  # [1, H, W, 3]
+    grid = MediaGrid(1, size.height // cfg.patch_size, size.width // cfg.patch_size)
+    return DecodedImage(frames, grid, size.height * size.width // cfg.factor**2, content_hash(data, "image", size))
+
+
+def open_video(data: bytes, field: str) -> av.container.InputContainer:
+    if not data:
+        raise InvalidArgument(field, "is empty (0 bytes); send the encoded video (MP4, WebM or MKV)")
+    try:
+        container = av.open(io.BytesIO(data), mode="r")
+    except (av.FFmpegError, ValueError):
+        raise InvalidArgument(field, "is not a decodable video; send MP4, WebM or MKV bytes") from None
+    if not set(container.format.name.split(",")) & set(VIDEO_FORMATS):
+        container.close()
+        raise InvalidArgument(field, f"has unsupported container {container.format.name}; send MP4, WebM or MKV")
+    return container
+
+
+def check_video_stream(stream: av.VideoStream, field: str, cfg: VisionMediaConfig) -> None:
+    """Header checks before decoding: frame size, pixel cap and (when the container says) the frame cap."""
+    width, height = stream.codec_context.width, stream.codec_context.height
+    if width == 0 or height == 0:
+        raise InvalidArgument(field, f"has zero-size frames ({width}x{height})")
+    if width * height > cfg.max_video_frame_pixels:
+        raise InvalidArgument(
+            field, f"frames are {width}x{height}, over the cap of {cfg.max_video_frame_pixels} pixels; downscale it"
+        )
+    seconds = duration_seconds(stream)
+    if seconds is not None and math.ceil(seconds * cfg.video_fps - 1e-6) > cfg.video_max_frames:
+        raise InvalidArgument(field, frame_cap_message(cfg))
+
+
+def duration_seconds(stream: av.VideoStream) -> float | None:
+    """The stream's duration from its header (else the container's), None when neither says."""
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if stream.container.duration is not None:
+        return stream.container.duration / av.time_base
+    return None
+
+
+def frame_cap_message(cfg: VisionMediaConfig) -> str:
+    seconds = cfg.video_max_frames / cfg.video_fps
+    return f"needs more than {cfg.video_max_frames} frames at {cfg.video_fps} fps; send at most {seconds:g} s"
+
+
+def sample_frames(frames: Iterator[av.VideoFrame], fps: float, default_step: float) -> Iterator[av.VideoFrame]:
+    """The frame on screen at each time k/fps (k = 0, 1, ...) from the first frame until the clip ends."""
+    previous: av.VideoFrame | None = None
+    previous_time, start, step, k = 0.0, 0.0, default_step, 0
+    for frame in frames:
+        t = frame.time if frame.time is not None else (previous_time + step if previous is not None else 0.0)
+        if previous is None:
+            start = t
+        else:
+            step = max(t - previous_time, 0.0) or step
+            while start + k / fps < t - 1e-9:  # target k lies before this frame: the previous one is on screen
+                yield previous
+                k += 1
+        previous, previous_time = frame, t
+    if previous is not None:
+        end = previous_time + step
+        while k == 0 or start + k / fps < end - 1e-9:
+            yield previous
+            k += 1
+
+
+def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVideo:
+    """MP4 / WebM / MKV bytes -> frames sampled at `cfg.video_fps`, resized with `smart_resize` (video bounds)."""
+    with open_video(data, field) as container:
+        if not container.streams.video:
+            raise InvalidArgument(field, "has no video stream; send a video with frames")
+        stream = container.streams.video[0]
+        check_video_stream(stream, field, cfg)
+        size = target_size(field, stream.codec_context.height, stream.codec_context.width, cfg, video=True)
+        rate = stream.average_rate or stream.guessed_rate
+        default_step = 1 / float(rate) if rate else 1 / cfg.video_fps
+        selected: list[np.ndarray] = []
+        try:
+            for frame in sample_frames(container.decode(stream), cfg.video_fps, default_step):
+                if len(selected) == cfg.video_max_frames:
+                    raise InvalidArgument(field, frame_cap_message(cfg))
+                im = frame.to_image().resize((size.width, size.height), Image.Resampling.BICUBIC)
+                selected.append(np.asarray(im, dtype=np.uint8))
+        except av.FFmpegError:
+            raise InvalidArgument(field, "is a damaged video that cannot be decoded") from None
+    if not selected:
+        raise InvalidArgument(field, "has no decodable frames; send a video with at least one frame")
+    frames = np.stack(selected)  # [F, H, W, 3]
+    t = -(-len(selected) // cfg.temporal_patch_size)
+    grid = MediaGrid(t, size.height // cfg.patch_size, size.width // cfg.patch_size)
+    return DecodedVideo(
+        frames=frames,
+        grid=grid,
+        num_tokens=t * grid.h * grid.w // cfg.merge_size**2,
+        fps=cfg.video_fps,
+        second_per_grid=cfg.temporal_patch_size / cfg.video_fps,
+        content_hash=content_hash(data, "video", size, cfg.video_fps),
+    )

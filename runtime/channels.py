@@ -1,0 +1,32 @@
+"""Client channels between stages: message limits, keepalive, round_robin over every resolved address, retries."""
+from __future__ import annotations
+
+import json
+
+import grpc
+
+# Retries only before the first response arrives, which is right for generation (ops-notes.md).
+_SERVICE_CONFIG = json.dumps({
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "methodConfig": [{
+        "name": [{}],
+        "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.05s", "maxBackoff": "0.5s", "backoffMultiplier": 2,
+                        "retryableStatusCodes": ["UNAVAILABLE"]},
+    }],
+})
+
+
+def channel_options(max_message_bytes: int = 16 << 20) -> list[tuple[str, object]]:
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30_000),  # >= 20 s: servers close connections that ping more often
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", _SERVICE_CONFIG),
+    ]
+
+
+def open_channel(target: str, max_message_bytes: int = 16 << 20) -> grpc.aio.Channel:
+    """An insecure aio channel to a stage; `dns:///name:port` targets balance over every pod IP."""
+    return grpc.aio.insecure_channel(target, options=channel_options(max_message_bytes))

@@ -1,0 +1,1 @@
+"""Builds the tiny random demo checkpoint (real layout, ids and tokenizer) that the tests and `omnimesh demo-checkpoint` use."""

@@ -1,0 +1,62 @@
+"""`build_demo_checkpoint`: a tiny, randomly initialised Qwen3-Omni in the released HF format (dev tool)."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runtime.checkpoint import token_ids as ids
+from runtime.checkpoint.demo_config import demo_config
+from runtime.checkpoint.demo_init import init_demo_weights
+from runtime.checkpoint.hf_compat import apply_talker_audio_config_fix
+from runtime.checkpoint.processor_files import write_processor_files
+from runtime.checkpoint.tokenizer_files import write_json, write_tokenizer_files
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+def generation_config() -> dict[str, Any]:
+    return {
+        "bos_token_id": ids.ENDOFTEXT,
+        "eos_token_id": [ids.IM_END, ids.ENDOFTEXT],
+        "pad_token_id": ids.ENDOFTEXT,
+    }
+
+
+def write_weights(out_dir: Path, seed: int) -> None:
+    """Builds the model in transformers from `out_dir/config.json`, draws its weights, writes `model.safetensors`.
+
+    transformers' `save_pretrained` stores MoE experts one tensor per expert and projection, as the released
+    checkpoint does (it fuses them only in memory), so the layout is the real one by construction.
+    """
+    from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
+
+    config = Qwen3OmniMoeConfig.from_pretrained(out_dir)
+    apply_talker_audio_config_fix(config)
+    # fork_rng: the constructor's own init draws from the global RNG; keep the caller's stream untouched.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3OmniMoeForConditionalGeneration(config).to(torch.float32).eval()
+    init_demo_weights(model, seed)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        model.save_pretrained(tmp, max_shard_size="100GB")
+        shutil.move(str(Path(tmp) / WEIGHTS_FILE), out_dir / WEIGHTS_FILE)
+
+
+def build_demo_checkpoint(out_dir: Path, seed: int = 0) -> Path:
+    """Writes the demo checkpoint into `out_dir` (created if missing) and returns it.
+
+    Same seed, same bytes. Files: config.json, generation_config.json, model.safetensors, tokenizer.json,
+    tokenizer_config.json, chat_template.json, preprocessor_config.json, video_preprocessor_config.json.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "config.json", demo_config())
+    write_json(out_dir / "generation_config.json", generation_config())
+    write_weights(out_dir, seed)
+    write_tokenizer_files(out_dir)
+    write_processor_files(out_dir)
+    return out_dir

@@ -1,0 +1,186 @@
+"""Mesh configuration: one YAML for the whole deployment, read into frozen dataclasses; flags override."""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+STAGES = ("thinker", "vision", "audio", "talker")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How one process listens: gRPC and Prometheus ports, message limits, keepalive, drain."""
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free port
+    metrics_port: int = 0  # 0: pick a free port; -1: no metrics endpoint
+    max_message_bytes: int = 16 << 20  # tensors travel in 1 MiB chunks; this only bounds one message
+    keepalive_time_ms: int = 30_000  # clients ping at >= 20 s; the server allows it (ops-notes.md)
+    max_connection_age_ms: int = 300_000  # makes clients re-resolve DNS so new pods get traffic
+    max_connection_age_grace_ms: int = 600_000  # long enough for a long generation to finish
+    drain_grace_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.port <= 65535, "port", self.port, "use 0 for a free port or a value up to 65535")
+        _check(-1 <= self.metrics_port <= 65535, "metrics_port", self.metrics_port, "use -1 to disable, 0 for free")
+        _check(self.max_message_bytes >= (2 << 20), "max_message_bytes", self.max_message_bytes,
+               "must exceed the 1 MiB tensor chunk; use at least 2097152")
+        _check(self.keepalive_time_ms >= 10_000, "keepalive_time_ms", self.keepalive_time_ms,
+               "pings more often than every 10 s get connections closed for 'too many pings'")
+        _check(self.drain_grace_s >= 0, "drain_grace_s", self.drain_grace_s, "use a value >= 0")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Decoder engine knobs (thinker and talker)."""
+
+    max_num_seqs: int = 32  # rows in one step
+    max_batch_tokens: int = 2048  # tokens in one step (prefill chunks + decode rows)
+    block_size: int = 16  # tokens per KV block
+    num_kv_blocks: int = 0  # 0: size from kv_cache_bytes
+    kv_cache_bytes: int = 256 << 20
+    max_model_len: int = 0  # 0: the checkpoint's max_position_embeddings
+    token_flush_ms: float = 15.0  # coalesce token deltas on a stream (ops-notes.md: ~40 us per message)
+
+    def __post_init__(self) -> None:
+        _check(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, "use a value >= 1")
+        _check(self.max_batch_tokens >= self.max_num_seqs, "max_batch_tokens", self.max_batch_tokens,
+               f"must be >= max_num_seqs ({self.max_num_seqs}) so every running row can decode in one step")
+        _check(self.block_size in (8, 16, 32, 64, 128), "block_size", self.block_size, "use 8, 16, 32, 64 or 128")
+        _check(self.num_kv_blocks >= 0, "num_kv_blocks", self.num_kv_blocks, "use 0 (auto) or a positive count")
+        _check(self.kv_cache_bytes > 0, "kv_cache_bytes", self.kv_cache_bytes, "use a positive byte count")
+        _check(self.max_model_len >= 0, "max_model_len", self.max_model_len, "use 0 (checkpoint) or a positive length")
+        _check(self.token_flush_ms >= 0, "token_flush_ms", self.token_flush_ms, "use a value >= 0")
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """One stage: where it runs and how the gateway reaches it."""
+
+    enabled: bool = True
+    device: str = "cpu"  # "cpu", "cuda" or "cuda:N"
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    address: str = ""  # target the gateway dials, e.g. "dns:///thinker.omnimesh.svc:50051"; `omnimesh up` fills it
+    server: ServerConfig = field(default_factory=ServerConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
+               "use float32, bfloat16 or float16")
+        _check(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "use cpu or cuda[:N]")
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """What a request gets for every sampling field it leaves unset."""
+
+    temperature: float = 0.7
+    top_k: int = 20
+    top_p: float = 0.8
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    max_tokens: int = 512
+
+    def __post_init__(self) -> None:
+        _check(self.temperature >= 0, "temperature", self.temperature, "use a value >= 0 (0 is greedy)")
+        _check(0 < self.top_p <= 1, "top_p", self.top_p, "use a value in (0, 1]")
+        _check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "use a value >= 1")
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """The public API process."""
+
+    server: ServerConfig = field(default_factory=lambda: ServerConfig(port=50051))
+    api_keys: tuple[str, ...] = ()  # empty: no authentication
+    sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
+    stage_timeout_s: float = 5.0  # how long to wait for a stage connection before UNAVAILABLE
+
+    def __post_init__(self) -> None:
+        _check(self.stage_timeout_s > 0, "stage_timeout_s", self.stage_timeout_s, "use a positive number of seconds")
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    """A whole deployment."""
+
+    model: str = "demo"  # checkpoint directory, or "demo" for the built-in demo checkpoint
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    thinker: StageConfig = field(default_factory=StageConfig)
+    vision: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
+    audio: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
+    talker: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
+
+    def stage(self, name: str) -> StageConfig:
+        if name not in STAGES:
+            raise ValueError(f"stage {name!r} is not one of {STAGES}")
+        return getattr(self, name)
+
+
+def _check(ok: bool, name: str, value: Any, fix: str) -> None:
+    if not ok:
+        raise ValueError(f"config field {name}={value!r} is invalid: {fix}")
+
+
+def from_dict(cls: type, data: dict[str, Any], path: str = "") -> Any:
+    """Builds dataclass `cls` from nested dicts, rejecting unknown keys by their dotted path."""
+    if not isinstance(data, dict):
+        raise ValueError(f"config section {path or '<root>'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown config key(s) {[f'{path}{k}' for k in unknown]}; known: {sorted(names)}")
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = from_dict(hint, value or {}, f"{path}{key}.")
+        elif typing.get_origin(hint) is tuple:
+            kwargs[key] = tuple(value or ())
+        else:
+            kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ValueError(f"{path}{e}" if path else str(e)) from None
+    except TypeError as e:
+        raise ValueError(f"config section {path or '<root>'}: {e}") from None
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """The plain-dict form, for writing a resolved config for child processes."""
+    out = dataclasses.asdict(config)
+    return _tuples_to_lists(out)
+
+
+def _tuples_to_lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _tuples_to_lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_tuples_to_lists(v) for v in value]
+    return value
+
+
+def load_mesh_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> MeshConfig:
+    """Reads the YAML at `path` (defaults when None) and applies dotted-key overrides, e.g. {"thinker.device": "cuda"}."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text())
+        data = loaded or {}
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return from_dict(MeshConfig, data)
+
+
+def write_mesh_config(config: MeshConfig, path: Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))

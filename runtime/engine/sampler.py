@@ -1,0 +1,108 @@
+"""Batched sampling on the logits' device: penalties, temperature, top-k/top-p/min-p, per-row seeded streams."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from runtime.engine.sampling_params import SamplingOptions
+
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass
+class SampleResult:
+    token_ids: list[int]
+    logprobs: list[float] | None  # of each sampled token under the distribution sampled from
+    top_ids: list[list[int]] | None
+    top_logprobs: list[list[float]] | None
+
+
+class RowGenerators:
+    """One torch.Generator per request, so a request's seed gives the same tokens whatever else is in the batch."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._device = device
+        self._gens: dict[int, torch.Generator] = {}
+
+    def get(self, seq_id: int, seed: int) -> torch.Generator:
+        g = self._gens.get(seq_id)
+        if g is None:
+            g = torch.Generator(device=self._device)
+            g.manual_seed(seed)
+            self._gens[seq_id] = g
+        return g
+
+    def drop(self, seq_id: int) -> None:
+        self._gens.pop(seq_id, None)
+
+
+def apply_penalties(logits: torch.Tensor, options: list[SamplingOptions], histories: list[list[int]],
+                    outputs: list[list[int]]) -> torch.Tensor:
+    """Repetition penalty over prompt+output tokens; presence and frequency penalties over output tokens."""
+    # logits: [B, V]
+    B, V = logits.shape
+    device = logits.device
+    for i, opts in enumerate(options):
+        if not opts.needs_penalties:
+            continue
+        row = logits[i]
+        if opts.repetition_penalty != 1.0 and histories[i]:
+            seen = torch.tensor(sorted(set(histories[i])), device=device, dtype=torch.long)
+            vals = row[seen]
+            row[seen] = torch.where(vals > 0, vals / opts.repetition_penalty, vals * opts.repetition_penalty)
+        if (opts.presence_penalty or opts.frequency_penalty) and outputs[i]:
+            counts = torch.bincount(torch.tensor(outputs[i], device=device, dtype=torch.long), minlength=V)[:V]
+            row -= opts.frequency_penalty * counts.to(row.dtype)
+            row -= opts.presence_penalty * (counts > 0).to(row.dtype)
+    return logits
+
+
+def _filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    # logits: [B, V] already divided by temperature; masked entries become -inf.
+    V = logits.shape[-1]
+    sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=True)
+    ranks = torch.arange(V, device=logits.device).unsqueeze(0)  # [1, V]
+    k = torch.where(top_k > 0, top_k, torch.full_like(top_k, V)).unsqueeze(1)  # [B, 1]
+    drop = ranks >= k
+    probs = torch.softmax(sorted_logits, dim=-1)
+    cum_before = torch.cumsum(probs, dim=-1) - probs  # mass strictly above each rank
+    drop |= cum_before >= top_p.unsqueeze(1)
+    drop |= probs < (min_p.unsqueeze(1) * probs[:, :1])
+    drop[:, 0] = False  # the most likely token always survives
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, sorted_idx, sorted_logits)
+
+
+def sample(logits: torch.Tensor, options: list[SamplingOptions], generators: list[torch.Generator | None],
+           histories: list[list[int]], outputs: list[list[int]]) -> SampleResult:
+    """Samples one token per row of `logits` [B, V] (float32). Greedy rows take the argmax."""
+    logits = apply_penalties(logits.float().clone(), options, histories, outputs)
+    device = logits.device
+    temps = torch.tensor([o.temperature if o.temperature > 0 else 1.0 for o in options], device=device)
+    scaled = logits / temps.unsqueeze(1)
+    top_k = torch.tensor([o.top_k for o in options], device=device)
+    top_p = torch.tensor([o.top_p for o in options], device=device)
+    min_p = torch.tensor([o.min_p for o in options], device=device)
+    filtered = _filter(scaled, top_k, top_p, min_p)
+    greedy = torch.tensor([o.is_greedy for o in options], device=device)
+    # Greedy rows are scored on the unfiltered distribution: their logprobs are the model's (after penalties).
+    final = torch.where(greedy.unsqueeze(1), scaled, filtered)
+    logprobs_all = torch.log_softmax(final, dim=-1)
+    tokens = torch.argmax(final, dim=-1)
+    sampled_rows = [i for i, o in enumerate(options) if not o.is_greedy]
+    if sampled_rows:
+        probs = logprobs_all.exp()
+        for i in sampled_rows:
+            # Exponential race: argmax(p / E) with E ~ Exp(1) is a draw from p, using only this row's stream.
+            noise = torch.empty_like(probs[i]).exponential_(generator=generators[i])
+            tokens[i] = torch.argmax(probs[i] / noise)
+    want_lp = any(o.logprobs for o in options)
+    want_top = max((o.top_logprobs for o in options), default=0)
+    token_list = tokens.tolist()
+    lps = logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist() if want_lp else None
+    top_ids = top_lps = None
+    if want_top:
+        vals, idx = torch.topk(logprobs_all, min(want_top, MAX_TOP_LOGPROBS), dim=-1)
+        top_ids, top_lps = idx.tolist(), vals.tolist()
+    return SampleResult(token_list, lps, top_ids, top_lps)

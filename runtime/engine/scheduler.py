@@ -1,0 +1,153 @@
+"""Continuous batching: which sequences run this step and with how many tokens (pure Python)."""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from runtime.engine.block_manager import BlockManager
+from runtime.engine.sequence import FinishReason, Sequence, SequenceStatus
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    max_num_seqs: int
+    max_batch_tokens: int
+    max_model_len: int
+
+
+@dataclass(frozen=True)
+class ScheduledRow:
+    seq: Sequence
+    num_tokens: int  # tokens computed this step, from seq.num_computed_tokens
+
+    @property
+    def samples(self) -> bool:
+        """Whether this step reaches the sequence's last token and so samples the next one."""
+        return self.seq.num_computed_tokens + self.num_tokens == self.seq.num_tokens
+
+
+@dataclass(frozen=True)
+class ScheduledBatch:
+    rows: list[ScheduledRow]
+    num_preempted: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.num_tokens for r in self.rows)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.rows
+
+
+class Scheduler:
+    """FCFS with chunked prefill under a token budget; decode rows first; preemption by recompute.
+
+    Sequences join the running batch between steps and leave it when they finish or are aborted; their blocks
+    return to the free list at once.
+    """
+
+    def __init__(self, limits: SchedulerLimits, blocks: BlockManager) -> None:
+        self.limits = limits
+        self.blocks = blocks
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def schedule(self) -> ScheduledBatch:
+        budget = self.limits.max_batch_tokens
+        rows: list[ScheduledRow] = []
+        preempted = 0
+        # Decode rows before prefill chunks, so a long prompt never stalls streams already talking.
+        for seq in sorted(self.running, key=lambda s: s.num_uncomputed_tokens > 1):
+            if seq.status is not SequenceStatus.RUNNING or budget == 0:
+                continue
+            n = min(seq.num_uncomputed_tokens, budget)
+            while not self.blocks.can_grow(seq, n):
+                victim = self._latest_running(exclude=seq, scheduled=rows)
+                if victim is None:
+                    self._preempt(seq)
+                    preempted += 1
+                    break
+                self._preempt(victim)
+                preempted += 1
+            if seq.status is not SequenceStatus.RUNNING:
+                continue
+            self.blocks.grow(seq, n)
+            rows.append(ScheduledRow(seq, n))
+            budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
+            seq = self.waiting[0]
+            n = min(seq.num_uncomputed_tokens, budget)
+            if not self.blocks.can_grow(seq, n):
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.monotonic()
+            self.running.append(seq)
+            self.blocks.grow(seq, n)
+            rows.append(ScheduledRow(seq, n))
+            budget -= n
+        return ScheduledBatch(rows, preempted)
+
+    def _latest_running(self, exclude: Sequence, scheduled: list[ScheduledRow]) -> Sequence | None:
+        taken = {r.seq.seq_id for r in scheduled}
+        for seq in reversed(self.running):
+            if seq is not exclude and seq.seq_id not in taken:
+                return seq
+        return None
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Frees the sequence's KV; it waits at the front and recomputes its tokens when blocks free up."""
+        self.blocks.free(seq)
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        seq.status = SequenceStatus.WAITING
+        self.running.remove(seq)
+        self.waiting.appendleft(seq)
+
+    def postprocess(self, batch: ScheduledBatch, sampled: dict[int, int]) -> list[Sequence]:
+        """Advances computed counts, appends sampled tokens (seq_id -> token) and finishes sequences; returns them."""
+        touched = []
+        for row in batch.rows:
+            seq = row.seq
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # aborted while the step ran
+            seq.num_computed_tokens += row.num_tokens
+            token = sampled.get(seq.seq_id)
+            if token is None:
+                continue
+            seq.output_ids.append(token)
+            reason = self._finish_reason(seq, token)
+            if reason is not None:
+                self.finish(seq, reason)
+            touched.append(seq)
+        return touched
+
+    def _finish_reason(self, seq: Sequence, token: int) -> FinishReason | None:
+        opts = seq.sampling
+        if token in opts.stop_token_ids or (not opts.ignore_eos and token in seq.eos_token_ids):
+            return FinishReason.STOP
+        if len(seq.output_ids) >= opts.max_tokens or seq.num_tokens >= self.limits.max_model_len:
+            return FinishReason.LENGTH
+        return None
+
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        """Ends a sequence wherever it is and frees its blocks at once."""
+        if seq.is_finished:
+            return
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason

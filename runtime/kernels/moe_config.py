@@ -1,0 +1,95 @@
+"""Tile configs for the Triton fused MoE: tuned per device and expert shape (JSON in configs/), else a safe default."""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+class GemmConfig(NamedTuple):
+    """Tile shape and pipelining of one grouped GEMM (BLOCK_M is the alignment's, shared by both GEMMs)."""
+
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+class MoeConfig(NamedTuple):
+    """Everything the Triton MoE needs to launch for one batch size."""
+
+    block_m: int
+    gate_up: GemmConfig
+    down: GemmConfig
+    align_small_max_pairs: int  # up to this many (token, expert) pairs the one-program Triton grouping is used
+
+
+def shape_key(num_experts: int, hidden: int, inter: int, top_k: int) -> str:
+    return f"E{num_experts}_H{hidden}_I{inter}_K{top_k}"
+
+
+def device_file(device_name: str) -> Path:
+    """configs/fused_moe_<device name with non-alphanumerics as '_'>.json, e.g. fused_moe_NVIDIA_H200.json."""
+    return CONFIG_DIR / f"fused_moe_{re.sub(r'[^A-Za-z0-9]+', '_', device_name).strip('_')}.json"
+
+
+def default_config(num_tokens: int, num_experts: int, top_k: int) -> MoeConfig:
+    """An untuned config that is correct everywhere and reasonable on Hopper; rows per expert pick the row block."""
+    rows_per_expert = num_tokens * top_k / max(num_experts, 1)
+    if rows_per_expert <= 16:
+        return MoeConfig(16, GemmConfig(64, 128, 4, 4), GemmConfig(64, 128, 4, 4), 1024)
+    if rows_per_expert <= 64:
+        return MoeConfig(32, GemmConfig(64, 64, 4, 4), GemmConfig(64, 64, 4, 4), 1024)
+    return MoeConfig(64, GemmConfig(64, 64, 4, 3), GemmConfig(128, 64, 4, 3), 1024)
+
+
+def config_from_json(entry: dict) -> MoeConfig:
+    return MoeConfig(
+        int(entry["block_m"]),
+        GemmConfig(*(int(v) for v in entry["gate_up"])),
+        GemmConfig(*(int(v) for v in entry["down"])),
+        int(entry["align_small_max_pairs"]),
+    )
+
+
+def config_to_json(cfg: MoeConfig) -> dict:
+    return {
+        "block_m": cfg.block_m,
+        "gate_up": list(cfg.gate_up),
+        "down": list(cfg.down),
+        "align_small_max_pairs": cfg.align_small_max_pairs,
+    }
+
+
+@functools.cache
+def load_tuned(path: Path) -> dict[str, dict[int, MoeConfig]]:
+    """shape key -> {batch-size bucket: config}; empty when the file does not exist."""
+    if not path.exists():
+        return {}
+    raw = json.loads(path.read_text())
+    return {
+        key: {int(m): config_from_json(entry) for m, entry in buckets.items()}
+        for key, buckets in raw["shapes"].items()
+    }
+
+
+def pick_bucket(buckets: dict[int, MoeConfig], num_tokens: int) -> MoeConfig:
+    """The smallest tuned batch size >= num_tokens (configs for a larger M stay valid), else the largest."""
+    at_least = [m for m in buckets if m >= num_tokens]
+    return buckets[min(at_least) if at_least else max(buckets)]
+
+
+@functools.lru_cache(maxsize=4096)
+def moe_config(
+    num_experts: int, hidden: int, inter: int, top_k: int, num_tokens: int, device_name: str,
+    path: Path | None = None,
+) -> MoeConfig:
+    """The tuned config for this device and shape at this batch size, or `default_config` when none was tuned."""
+    tuned = load_tuned(path or device_file(device_name)).get(shape_key(num_experts, hidden, inter, top_k))
+    if not tuned:
+        return default_config(num_tokens, num_experts, top_k)
+    return pick_bucket(tuned, num_tokens)

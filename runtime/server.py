@@ -1,0 +1,99 @@
+"""The grpc.aio server every stage runs: health, reflection, error mapping, metrics endpoint, drain on SIGTERM."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from runtime.config import ServerConfig
+from runtime.interceptor import ErrorMappingInterceptor
+from runtime.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+READY_PREFIX = "OMNIMESH_READY "  # the line `omnimesh up` waits for on a child's stdout
+
+
+def server_options(cfg: ServerConfig) -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_send_message_length", cfg.max_message_bytes),
+        ("grpc.max_receive_message_length", cfg.max_message_bytes),
+        # Accept client keepalive pings, even during a long silent prefill (ops-notes.md: "Too many pings").
+        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.keepalive_time_ms", cfg.keepalive_time_ms),
+        ("grpc.max_connection_age_ms", cfg.max_connection_age_ms),
+        ("grpc.max_connection_age_grace_ms", cfg.max_connection_age_grace_ms),
+    ]
+
+
+class BoundPorts(NamedTuple):
+    grpc_port: int
+    metrics_port: int  # -1 when disabled
+
+
+class StageServer:
+    """One process's server. Add servicers, `await start()`, then `await serve_until_signal()`."""
+
+    def __init__(self, stage: str, replica: str, cfg: ServerConfig, metrics: Metrics) -> None:
+        self.stage = stage
+        self.replica = replica
+        self.cfg = cfg
+        self.metrics = metrics
+        self.server = grpc.aio.server(interceptors=[ErrorMappingInterceptor(metrics)], options=server_options(cfg))
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self._services: list[str] = []
+        self._draining = asyncio.Event()
+
+    def add_service(self, add_fn: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
+        add_fn(servicer, self.server)
+        self._services.append(full_name)
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    async def start(self) -> BoundPorts:
+        names = [*self._services, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(names, self.server)
+        port = self.server.add_insecure_port(f"{self.cfg.host}:{self.cfg.port}")
+        if port == 0:
+            raise OSError(f"could not bind {self.cfg.host}:{self.cfg.port}")
+        await self.server.start()
+        metrics_port = -1 if self.cfg.metrics_port < 0 else self.metrics.serve(self.cfg.host, self.cfg.metrics_port)
+        for name in ("", *self._services):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("%s serving gRPC on %s:%d, metrics on %d", self.stage, self.cfg.host, port, metrics_port)
+        return BoundPorts(port, metrics_port)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain: report NOT_SERVING, refuse new calls, let in-flight streams finish within the grace period."""
+        self._draining.set()
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self.cfg.drain_grace_s if grace is None else grace)
+
+    async def serve_until_signal(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("%s draining (grace %.0f s)", self.stage, self.cfg.drain_grace_s)
+        await self.stop()
+        log.info("%s stopped", self.stage)
+
+
+def announce_ready(ports: BoundPorts) -> None:
+    """Tells a supervising `omnimesh up` where this child listens (it may have asked for port 0)."""
+    sys.stdout.write(READY_PREFIX + json.dumps(ports._asdict()) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,1 @@
+"""The audio stage: the AuT encoder and its log-mel front end."""

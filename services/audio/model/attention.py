@@ -1,0 +1,59 @@
+"""Bidirectional attention inside each window of the packed AuT tokens: varlen flash on CUDA, padded SDPA elsewhere."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from services.audio.model.plan import AudioBatchPlan
+
+# qkv [N, 3, H, D] -> attention output [N, H * D]
+WindowAttention = Callable[[torch.Tensor, AudioBatchPlan, float], torch.Tensor]
+BACKENDS = ("auto", "varlen", "padded")
+
+
+def padded_window_attention(qkv: torch.Tensor, plan: AudioBatchPlan, scale: float) -> torch.Tensor:
+    """Exact reference: gather the windows into a padded batch, SDPA with a key mask, scatter back."""
+    num_tokens, _, heads, head_dim = qkv.shape
+    windows = qkv.index_select(0, plan.window_index.reshape(-1))  # [W * L, 3, H, D]
+    windows = windows.view(plan.num_windows, plan.max_window, 3, heads, head_dim).permute(2, 0, 3, 1, 4)  # [3, W, H, L, D]
+    q, k, v = windows.unbind(0)
+    mask = None if plan.window_valid is None else plan.window_valid[:, None, None, :]  # [W, 1, 1, L]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # [W, H, L, D]
+    out = out.transpose(1, 2).reshape(plan.num_windows * plan.max_window, heads * head_dim)  # [W * L, H * D]
+    return out.index_select(0, plan.token_slot)  # [N, H * D]
+
+
+def varlen_window_attention(qkv: torch.Tensor, plan: AudioBatchPlan, scale: float) -> torch.Tensor:
+    """Flash varlen over `cu_seqlens` straight on the packed tokens (CUDA, fp16/bf16); no padding, no gather."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    num_tokens, _, heads, head_dim = qkv.shape
+    q, k, v = qkv.unbind(1)  # each [N, H, D], rows strided, last dim contiguous as flash requires
+    # The default scale is head_dim ** -0.5, the encoder's; passing it positionally keeps older torch signatures happy.
+    assert abs(scale - head_dim ** -0.5) < 1e-12
+    out = varlen_attn(q, k, v, plan.cu_seqlens, plan.cu_seqlens, plan.max_window, plan.max_window)  # [N, H, D]
+    return out.reshape(num_tokens, heads * head_dim)
+
+
+def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
+    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
+        return False
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def select_attention(backend: str, device: torch.device, dtype: torch.dtype) -> WindowAttention:
+    """`auto`: varlen flash where it runs (CUDA, half precision), else padded SDPA."""
+    if backend not in BACKENDS:
+        raise ValueError(f"attention backend {backend!r} is unknown: use one of {BACKENDS}")
+    if backend == "varlen" and not varlen_available(device, dtype):
+        raise ValueError(f"attention backend 'varlen' needs CUDA, fp16/bf16 and torch.nn.attention.varlen; "
+                         f"got {device}, {dtype}: use 'padded' or 'auto'")
+    if backend == "varlen" or (backend == "auto" and varlen_available(device, dtype)):
+        return varlen_window_attention
+    return padded_window_attention

@@ -1,0 +1,50 @@
+"""One AuT transformer layer: pre-LN windowed self-attention and a GELU MLP, on packed tokens."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from services.audio.model.attention import WindowAttention
+from services.audio.model.config import AudioEncoderConfig
+from services.audio.model.plan import AudioBatchPlan
+
+FP16_CLAMP = torch.finfo(torch.float16).max - 1000  # keeps fp16 residuals finite, as the reference does
+
+
+def activation(name: str) -> nn.Module:
+    return nn.GELU() if name == "gelu" else nn.GELU(approximate="tanh")
+
+
+class SelfAttention(nn.Module):
+    """q, k and v fused into one projection (the checkpoint's three are concatenated at load)."""
+
+    def __init__(self, config: AudioEncoderConfig) -> None:
+        super().__init__()
+        self.num_heads = config.encoder_attention_heads
+        self.head_dim = config.head_dim
+        self.scale = config.head_dim ** -0.5
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def forward(self, x: torch.Tensor, plan: AudioBatchPlan, attend: WindowAttention) -> torch.Tensor:
+        qkv = self.qkv(x).view(x.shape[0], 3, self.num_heads, self.head_dim)  # [N, 3, H, D]
+        return self.out_proj(attend(qkv, plan, self.scale))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: AudioEncoderConfig) -> None:
+        super().__init__()
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn = SelfAttention(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.fc1 = nn.Linear(config.d_model, config.encoder_ffn_dim)
+        self.act = activation(config.activation_function)
+        self.fc2 = nn.Linear(config.encoder_ffn_dim, config.d_model)
+
+    def forward(self, h: torch.Tensor, plan: AudioBatchPlan, attend: WindowAttention) -> torch.Tensor:
+        """h: [N, d_model] packed tokens of every clip."""
+        h = h + self.self_attn(self.self_attn_layer_norm(h), plan, attend)
+        h = h + self.fc2(self.act(self.fc1(self.final_layer_norm(h))))
+        if h.dtype == torch.float16:
+            h = h.clamp(-FP16_CLAMP, FP16_CLAMP)
+        return h

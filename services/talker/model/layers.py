@@ -1,0 +1,82 @@
+"""Small building blocks shared by the talker's three networks: RMSNorm, SwiGLU, rotary embeddings, GQA attention."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in fp32 and cast back before the weight, as the checkpoint was trained."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)), no biases."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def inv_frequencies(head_dim: int, theta: float, device: torch.device | None = None) -> torch.Tensor:
+    """The head_dim/2 rotary frequencies 1/theta^(2i/d), fp32."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+
+
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin over the full head for 1-D positions `(...)` -> `(..., head_dim)` each, halves repeated."""
+    freqs = positions.float()[..., None] * inv_freq  # (..., head_dim/2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def mrope_axis_of_frequency(mrope_section: tuple[int, int, int], num_freqs: int) -> torch.Tensor:
+    """Which M-RoPE axis (0=t, 1=h, 2=w) drives each frequency: interleaved t,h,w,t,h,w..., leftovers to t."""
+    axis = torch.zeros(num_freqs, dtype=torch.long)
+    for a in (1, 2):
+        axis[a : 3 * mrope_section[a] : 3] = a
+    return axis
+
+
+def mrope_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, freq_axis: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin for 3-axis positions `(3, ...)` -> `(..., head_dim)`: each frequency reads its own axis' position."""
+    # positions: (3, ...) -> per-frequency position (..., head_dim/2)
+    per_freq = positions.float().movedim(0, -1)[..., freq_axis.to(positions.device)]
+    freqs = per_freq * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE; x `(B, heads, T, D)`, cos/sin `(B, T, D)`."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
+    """SDPA with grouped KV heads; q `(B, H, T, D)`, k/v `(B, KVH, S, D)`, bool mask `(B, 1, T, S)` (True = attend)."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        # k/v: (B, KVH, S, D) -> (B, H, S, D), each kv head serving `groups` query heads in a row
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)

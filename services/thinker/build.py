@@ -1,0 +1,64 @@
+"""Assembles the thinker stage: model, KV cache, engine, service and servicer on a StageServer."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from omnimesh.v1 import common_pb2, thinker_pb2_grpc
+from runtime.build_info import build_string
+from runtime.config import MeshConfig
+from runtime.engine.async_engine import AsyncEngine
+from runtime.engine.block_manager import BlockManager
+from runtime.engine.engine import Engine
+from runtime.engine.scheduler import Scheduler, SchedulerLimits
+from runtime.engine.step_metrics import step_recorder
+from runtime.server import StageServer
+from runtime.tokenizer import Tokenizer
+from services.thinker.model import ThinkerLM
+from services.thinker.runner import ThinkerRunner
+from services.thinker.service import ThinkerService
+from services.thinker.servicer import ThinkerServicer
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "omnimesh.v1.Thinker"
+
+
+def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> tuple[ThinkerService, ThinkerLM]:
+    stage = mesh.thinker
+    eng = stage.engine
+    device = torch.device(stage.device)
+    dtype = getattr(torch, stage.dtype)
+    model = ThinkerLM.load(model_dir, device=device, dtype=dtype)
+    per_block = ThinkerRunner.kv_bytes_per_block(model, eng.block_size, dtype)
+    num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
+    capacity = num_blocks * eng.block_size
+    max_model_len = min(model.cfg.max_position_embeddings, eng.max_model_len or capacity, capacity)
+    runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype)
+    scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len),
+                          BlockManager(num_blocks, eng.block_size))
+    tokenizer = Tokenizer.from_dir(model_dir)
+    engine = AsyncEngine(Engine(scheduler, runner), on_step=step_recorder(server.metrics))
+    service = ThinkerService(engine, tokenizer, server.metrics, max_model_len, eng.token_flush_ms / 1000)
+    log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s", num_blocks,
+             eng.block_size, num_blocks * per_block / 2**20, max_model_len, device, stage.dtype)
+    return service, model
+
+
+async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
+    service, model = build_thinker_service(mesh, model_dir, server)
+    cfg = model.cfg
+    info = common_pb2.StageInfo(
+        stage="thinker", replica=server.replica, model=mesh.model, build=build_string(),
+        device=str(service.engine.engine.runner.device),
+        dims={"hidden_size": cfg.hidden_size, "vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers,
+              "num_experts": cfg.num_experts, "num_deepstack": cfg.num_deepstack,
+              "accept_hidden_layer": cfg.accept_hidden_layer or 0},
+        limits={"max_model_len": service.max_model_len, "max_num_seqs": mesh.thinker.engine.max_num_seqs,
+                "max_batch_tokens": mesh.thinker.engine.max_batch_tokens,
+                "num_kv_blocks": service.engine.engine.scheduler.blocks.num_blocks})
+    servicer = ThinkerServicer(service, cfg, mesh.gateway.sampling, info)
+    server.add_service(thinker_pb2_grpc.add_ThinkerServicer_to_server, servicer, SERVICE_NAME)
+    return service.engine.close

@@ -1,0 +1,171 @@
+"""The Thinker LM's dimensions and special token ids, read from an HF Qwen3-Omni `config.json`."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Real Qwen3-Omni ids, used only when a config.json leaves an id out (the released configs name every one).
+_DEFAULT_IDS = {
+    "im_start_token_id": 151644, "im_end_token_id": 151645, "system_token_id": 8948, "user_token_id": 872,
+    "assistant_token_id": 77091, "tts_pad_token_id": 151671, "tts_bos_token_id": 151672, "tts_eos_token_id": 151673,
+    "vision_start_token_id": 151652, "vision_end_token_id": 151653, "image_token_id": 151655,
+    "video_token_id": 151656, "audio_start_token_id": 151669, "audio_end_token_id": 151670,
+    "audio_token_id": 151675,
+}
+_TOP_LEVEL_IDS = ("im_start_token_id", "im_end_token_id", "system_token_id", "assistant_token_id",
+                  "tts_pad_token_id", "tts_bos_token_id", "tts_eos_token_id")
+
+
+@dataclass(frozen=True)
+class ThinkerConfig:
+    """Everything the Thinker LM, its M-RoPE layout and its engine need; nothing of the encoders but their outputs."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int  # dense MLP width, used only by layers that are not MoE
+    moe_intermediate_size: int
+    num_experts: int
+    num_experts_per_tok: int
+    norm_topk_prob: bool
+    rms_norm_eps: float
+    rope_theta: float
+    mrope_section: tuple[int, int, int]  # frequencies per (t, h, w) axis; sums to head_dim // 2
+    max_position_embeddings: int
+    decoder_sparse_step: int
+    mlp_only_layers: tuple[int, ...]
+    attention_bias: bool
+    # special token ids
+    im_start_token_id: int
+    im_end_token_id: int
+    system_token_id: int
+    user_token_id: int
+    assistant_token_id: int
+    tts_pad_token_id: int
+    tts_bos_token_id: int
+    tts_eos_token_id: int
+    vision_start_token_id: int
+    vision_end_token_id: int
+    image_token_id: int
+    video_token_id: int
+    audio_start_token_id: int
+    audio_end_token_id: int
+    audio_token_id: int
+    # multimodal layout
+    position_id_per_seconds: int  # M-RoPE temporal positions per second of video
+    spatial_merge_size: int  # vision patches merged per LLM token along h and w
+    audio_n_window: int  # AuT chunk is 2 * n_window mel frames; fixes audio tokens per clip
+    num_deepstack: int  # vision deepstack features, added after decoder layers 0 .. num_deepstack-1
+    accept_hidden_layer: int | None  # decoder layer (1-based) whose output the talker consumes; None without a talker
+
+    def __post_init__(self) -> None:
+        if sum(self.mrope_section) != self.head_dim // 2:
+            raise ValueError(
+                f"mrope_section {self.mrope_section} sums to {sum(self.mrope_section)}; "
+                f"it must sum to head_dim // 2 = {self.head_dim // 2}"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}; "
+                "grouped-query attention needs whole groups"
+            )
+        if not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok {self.num_experts_per_tok} must be in 1..num_experts ({self.num_experts})"
+            )
+        if self.accept_hidden_layer is not None and not 1 <= self.accept_hidden_layer <= self.num_layers:
+            raise ValueError(
+                f"accept_hidden_layer {self.accept_hidden_layer} must be in 1..num_layers ({self.num_layers})"
+            )
+        if self.num_deepstack > self.num_layers:
+            raise ValueError(f"num_deepstack {self.num_deepstack} exceeds num_layers {self.num_layers}")
+
+    @property
+    def num_query_groups(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether decoder layer `layer` (0-based) routes through experts rather than a dense MLP."""
+        return (
+            layer not in self.mlp_only_layers
+            and self.num_experts > 0
+            and (layer + 1) % self.decoder_sparse_step == 0
+        )
+
+    @classmethod
+    def from_checkpoint(cls, ckpt_dir: Path | str) -> ThinkerConfig:
+        """Read `ckpt_dir/config.json` (a full Qwen3-Omni config, or a bare thinker config)."""
+        path = Path(ckpt_dir) / "config.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found; ckpt_dir must be an HF Qwen3-Omni checkpoint directory")
+        return cls.from_dict(json.loads(path.read_text()))
+
+    @classmethod
+    def from_dict(cls, root: dict[str, Any]) -> ThinkerConfig:
+        thinker = root.get("thinker_config", root)
+        text = thinker["text_config"]
+        vision = thinker.get("vision_config") or {}
+        audio = thinker.get("audio_config") or {}
+        talker = root.get("talker_config")
+        ids = {name: _token_id(name, root, thinker) for name in _DEFAULT_IDS}
+        num_layers = text["num_hidden_layers"]
+        return cls(
+            vocab_size=text["vocab_size"],
+            hidden_size=text["hidden_size"],
+            num_layers=num_layers,
+            num_heads=text["num_attention_heads"],
+            num_kv_heads=text["num_key_value_heads"],
+            head_dim=text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"],
+            intermediate_size=text.get("intermediate_size", 0),
+            moe_intermediate_size=text["moe_intermediate_size"],
+            num_experts=text["num_experts"],
+            num_experts_per_tok=text["num_experts_per_tok"],
+            norm_topk_prob=bool(text.get("norm_topk_prob", True)),
+            rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
+            rope_theta=_rope_theta(text),
+            mrope_section=_mrope_section(text),
+            max_position_embeddings=text.get("max_position_embeddings", 32768),
+            decoder_sparse_step=text.get("decoder_sparse_step", 1),
+            mlp_only_layers=tuple(text.get("mlp_only_layers") or ()),
+            attention_bias=bool(text.get("attention_bias", False)),
+            **ids,
+            position_id_per_seconds=thinker.get("position_id_per_seconds", 13),
+            spatial_merge_size=vision.get("spatial_merge_size", 2),
+            audio_n_window=audio.get("n_window", 50),
+            num_deepstack=len(vision.get("deepstack_visual_indexes", (8, 16, 24))),
+            accept_hidden_layer=talker.get("accept_hidden_layer") if talker else None,
+        )
+
+
+def _token_id(name: str, root: dict[str, Any], thinker: dict[str, Any]) -> int:
+    """Thinker ids live in thinker_config, chat-role and TTS ids at the top level; either may carry either."""
+    first, second = (root, thinker) if name in _TOP_LEVEL_IDS else (thinker, root)
+    for source in (first, second):
+        if source.get(name) is not None:
+            return int(source[name])
+    return _DEFAULT_IDS[name]
+
+
+def _rope_params(text: dict[str, Any]) -> dict[str, Any]:
+    """transformers 5 writes `rope_parameters`; the released checkpoints carry 4.x `rope_scaling` + `rope_theta`."""
+    return text.get("rope_parameters") or text.get("rope_scaling") or {}
+
+
+def _rope_theta(text: dict[str, Any]) -> float:
+    params = _rope_params(text)
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default":
+        raise ValueError(f"rope_type {rope_type!r} is not supported; the Thinker uses 'default' M-RoPE")
+    return float(params.get("rope_theta", text.get("rope_theta", 1e6)))
+
+
+def _mrope_section(text: dict[str, Any]) -> tuple[int, int, int]:
+    section = _rope_params(text).get("mrope_section", [24, 20, 20])
+    if len(section) != 3:
+        raise ValueError(f"mrope_section {section} must have 3 entries (t, h, w)")
+    return (int(section[0]), int(section[1]), int(section[2]))

@@ -1,0 +1,30 @@
+"""One Thinker decoder layer: pre-norm attention then pre-norm MoE (or dense MLP), each with a residual."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from runtime.attention import AttentionContext
+from services.thinker.model.attention import AttentionBackend, ThinkerAttention
+from services.thinker.model.config import ThinkerConfig
+from services.thinker.model.mlp import DenseMLP
+from services.thinker.model.moe import SparseMoE
+from services.thinker.model.norm import RMSNorm
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ThinkerConfig, layer: int, backend: AttentionBackend) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = ThinkerAttention(cfg, backend)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp: nn.Module = (
+            SparseMoE(cfg) if cfg.is_moe_layer(layer) else DenseMLP(cfg.hidden_size, cfg.intermediate_size)
+        )
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext
+    ) -> torch.Tensor:
+        """x: [T, H] -> [T, H]."""
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, ctx)
+        return x + self.mlp(self.post_attention_layernorm(x))

@@ -1,0 +1,107 @@
+"""Turns a scheduled batch into one ThinkerLM forward: packed embeddings with media, M-RoPE positions, paged KV."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from runtime.attention import build_attention_context
+from runtime.attention.kv_cache import allocate_kv_cache
+from runtime.engine.scheduler import ScheduledBatch, ScheduledRow
+from runtime.engine.sequence import Sequence
+from services.thinker.model import DeepstackInput, ThinkerLM
+from services.thinker.request import ThinkerRequest
+
+
+@dataclass
+class _Packed:
+    token_ids: list[int]
+    positions: list[torch.Tensor]  # per row [3, n]
+    media_rows: list[int]  # rows of x replaced by media embeddings
+    media_values: list[torch.Tensor]  # each [H]
+    visual_rows: list[int]  # rows that receive deepstack features
+    visual_values: list[list[torch.Tensor]]  # per deepstack level, each [H]
+    capture: list[tuple[ThinkerRequest, int, int]]  # (request, prompt index, packed row) to keep for the talker
+
+
+class ThinkerRunner:
+    """The engine's ModelRunner for the thinker; owns the model and the paged KV cache."""
+
+    def __init__(self, model: ThinkerLM, num_blocks: int, block_size: int, device: torch.device,
+                 dtype: torch.dtype) -> None:
+        cfg = model.cfg
+        self.model = model
+        self.device = device
+        self.block_size = block_size
+        self.kv_caches = allocate_kv_cache(cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim,
+                                           dtype, device)
+
+    @staticmethod
+    def kv_bytes_per_block(model: ThinkerLM, block_size: int, dtype: torch.dtype) -> int:
+        cfg = model.cfg
+        return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size()
+
+    def release(self, seq: Sequence) -> None:
+        pass  # all per-sequence state lives in its payload and block table
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> torch.Tensor:
+        packed = self._pack(batch.rows)
+        ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
+        x = self.model.embed(ids)  # [T, H], one embedding call for every row
+        if packed.media_rows:
+            rows = torch.tensor(packed.media_rows, dtype=torch.long, device=self.device)
+            x[rows] = torch.stack(packed.media_values).to(self.device, x.dtype)
+        deepstack = None
+        if packed.visual_rows:
+            deepstack = DeepstackInput(
+                row_index=torch.tensor(packed.visual_rows, dtype=torch.long, device=self.device),
+                features=[torch.stack(level).to(self.device, x.dtype) for level in packed.visual_values])
+        ctx = build_attention_context(
+            q_lens=[r.num_tokens for r in batch.rows],
+            kv_lens=[r.seq.num_computed_tokens + r.num_tokens for r in batch.rows],
+            block_tables=[r.seq.block_table for r in batch.rows],
+            block_size=self.block_size, device=self.device)
+        positions = torch.cat(packed.positions, dim=1).to(self.device)  # [3, T]
+        capture_layer = self.model.cfg.accept_hidden_layer if packed.capture else None
+        out = self.model(x, positions, ctx, self.kv_caches, deepstack=deepstack, capture_layer=capture_layer)
+        for request, prompt_index, row in packed.capture:
+            request.talker_states[prompt_index] = out.captured[row].float().cpu()
+        ends = torch.cumsum(torch.tensor([r.num_tokens for r in batch.rows]), 0) - 1
+        last = [int(ends[i]) for i, r in enumerate(batch.rows) if r.samples]
+        return self.model.compute_logits(out.hidden[last])
+
+    def _pack(self, rows: list[ScheduledRow]) -> _Packed:
+        num_levels = self.model.cfg.num_deepstack
+        p = _Packed([], [], [], [], [], [[] for _ in range(num_levels)], [])
+        for row in rows:
+            seq = row.seq
+            req: ThinkerRequest = seq.payload
+            start, stop = seq.num_computed_tokens, seq.num_computed_tokens + row.num_tokens
+            base = len(p.token_ids)
+            p.token_ids.extend(seq.token_ids(start, stop))
+            p.positions.append(_positions(req, seq.num_prompt_tokens, start, stop))
+            for m in req.media:
+                lo, hi = max(m.offset, start), min(m.end, stop)
+                for i in range(lo, hi):
+                    packed_row = base + i - start
+                    p.media_rows.append(packed_row)
+                    p.media_values.append(m.embeddings[i - m.offset])
+                    if m.is_visual and m.deepstack:
+                        p.visual_rows.append(packed_row)
+                        for level in range(num_levels):
+                            p.visual_values[level].append(m.deepstack[level][i - m.offset])
+                    if req.capture_talker_states and i not in req.talker_states:
+                        p.capture.append((req, i, packed_row))
+        return p
+
+
+def _positions(req: ThinkerRequest, num_prompt: int, start: int, stop: int) -> torch.Tensor:
+    """[3, stop - start]: prompt rows from the request's M-RoPE table, generated rows at index + rope_delta."""
+    parts = []
+    if start < num_prompt:
+        parts.append(req.positions[:, start:min(stop, num_prompt)])
+    if stop > num_prompt:
+        gen = torch.arange(max(start, num_prompt), stop, dtype=torch.long) + req.rope_delta
+        parts.append(gen.unsqueeze(0).expand(3, -1))
+    return torch.cat(parts, dim=1)

@@ -1,0 +1,118 @@
+"""The thinker's domain: a request in, its tokens, text, talker conditioning and finish out (no protobuf here)."""
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import torch
+
+from runtime.engine.async_engine import AsyncEngine
+from runtime.engine.engine import TokenEvent
+from runtime.engine.sampling_params import SamplingOptions
+from runtime.engine.sequence import FinishReason, Sequence
+from runtime.errors import InvalidArgument, Unavailable
+from runtime.metrics import Metrics
+from runtime.tokenizer import Tokenizer
+from services.thinker.request import ThinkerRequest
+from services.thinker.text_output import TextOutput
+
+
+@dataclass
+class GenerateInput:
+    request_id: str
+    token_ids: list[int]
+    sampling: SamplingOptions
+    request: ThinkerRequest
+
+
+@dataclass
+class TokensOut:
+    token_ids: list[int]
+    text: str
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+
+
+@dataclass
+class ConditioningOut:
+    media_hidden: torch.Tensor  # [media rows, H]
+
+
+@dataclass
+class FinishedOut:
+    reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int
+    queue_seconds: float
+    compute_seconds: float
+
+
+class ThinkerService:
+    """Admits requests into the engine and turns its per-step events into coalesced stream outputs."""
+
+    def __init__(self, engine: AsyncEngine, tokenizer: Tokenizer, metrics: Metrics, max_model_len: int,
+                 flush_seconds: float) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.max_model_len = max_model_len
+        self.flush_seconds = flush_seconds
+        self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
+        self._ids = itertools.count()
+
+    def check_prompt(self, token_ids: list[int]) -> None:
+        if len(token_ids) >= self.max_model_len:
+            raise InvalidArgument("start.token_ids", f"prompt has {len(token_ids)} tokens; the model's context is "
+                                  f"{self.max_model_len}, which must leave room for at least one new token")
+
+    async def generate(self, inp: GenerateInput) -> AsyncIterator[TokensOut | ConditioningOut | FinishedOut]:
+        self.check_prompt(inp.token_ids)
+        if self.engine.failure is not None:
+            raise Unavailable(f"the thinker engine has failed: {self.engine.failure!r}", stage="thinker")
+        seq = Sequence(next(self._ids), inp.request_id, inp.token_ids, inp.sampling, self.eos_token_ids, inp.request)
+        text = TextOutput(self.tokenizer, inp.sampling.stop_strings)
+        sent_conditioning = not inp.request.capture_talker_states
+        pending: list[TokenEvent] = []
+        last_flush = 0.0
+        finish: FinishReason | None = None
+        completion = 0
+        async with self.engine.submit(seq) as stream:
+            while finish is None:
+                wait = None if not pending else max(0.0, last_flush + self.flush_seconds - time.monotonic())
+                ev = await stream.next(wait)
+                if ev is not None:
+                    if ev.token_id is not None:
+                        pending.append(ev)
+                    finish = ev.finish_reason
+                    if finish is None and pending and time.monotonic() - last_flush < self.flush_seconds:
+                        continue
+                if self.engine.failure is not None:
+                    raise Unavailable(f"the thinker engine has failed: {self.engine.failure!r}", stage="thinker")
+                if not sent_conditioning and inp.request.talker_states_complete:
+                    sent_conditioning = True
+                    yield ConditioningOut(inp.request.talker_conditioning())
+                out, stopped = self._tokens_out(pending, text, finish is not None)
+                pending = []
+                last_flush = time.monotonic()
+                if out is not None:
+                    completion += len(out.token_ids)
+                    yield out
+                if stopped:
+                    finish = FinishReason.STOP
+        first = seq.first_scheduled_time or time.monotonic()
+        self.metrics.get("omnimesh_queue_time_seconds").observe(first - seq.arrival_time)
+        yield FinishedOut(finish, seq.num_prompt_tokens, completion, seq.num_cached_prompt_tokens,
+                          first - seq.arrival_time, time.monotonic() - first)
+
+    def _tokens_out(self, events: list[TokenEvent], text: TextOutput, last: bool) -> tuple[TokensOut | None, bool]:
+        ids = [e.token_id for e in events if e.seq.finish_reason is not FinishReason.STOP
+               or e.token_id not in self.eos_token_ids | e.seq.sampling.stop_token_ids]
+        piece = text.feed(ids)
+        body = piece.text + (text.finish() if last and not piece.stopped else "")
+        if not events:
+            return (TokensOut([], body) if body else None), piece.stopped
+        logprobs = [(e.token_id, e.logprob, list(zip(e.top_ids or [], e.top_logprobs or [])))
+                    for e in events if e.logprob is not None]
+        return TokensOut([e.token_id for e in events], body, logprobs), piece.stopped

@@ -1,0 +1,114 @@
+"""Protobuf <-> thinker domain: reads a Generate request stream, writes response messages."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import torch
+
+from omnimesh.v1 import common_pb2, thinker_pb2
+from runtime.config import SamplingDefaults
+from runtime.errors import InvalidArgument
+from runtime.sampling import resolve_sampling
+from runtime.tensor_codec import TensorAssembler, encode_tensor
+from services.thinker.model import MediaKind, MediaSpanGrid, ThinkerConfig, prompt_positions
+from services.thinker.request import MediaInput, ThinkerRequest
+from services.thinker.service import ConditioningOut, FinishedOut, GenerateInput, TokensOut
+
+_KINDS = {thinker_pb2.MEDIA_KIND_IMAGE: "image", thinker_pb2.MEDIA_KIND_VIDEO: "video",
+          thinker_pb2.MEDIA_KIND_AUDIO: "audio"}
+FINISH_TO_PB = {"stop": common_pb2.FINISH_REASON_STOP, "length": common_pb2.FINISH_REASON_LENGTH,
+                "cancelled": common_pb2.FINISH_REASON_CANCELLED}
+
+
+async def read_generate_input(requests: AsyncIterator[thinker_pb2.GenerateRequest], cfg: ThinkerConfig,
+                              defaults: SamplingDefaults, max_model_len: int) -> GenerateInput:
+    """Consumes the whole request stream: start, then every media tensor chunk, until the client half-closes."""
+    first = await anext(requests, None)
+    if first is None or first.WhichOneof("msg") != "start":
+        raise InvalidArgument("start", "the first message of Generate must be `start`")
+    start = first.start
+    ids = list(start.token_ids)
+    if not ids:
+        raise InvalidArgument("start.token_ids", "is empty; a prompt needs at least one token")
+    bad = next((t for t in ids if not 0 <= t < cfg.vocab_size), None)
+    if bad is not None:
+        raise InvalidArgument("start.token_ids", f"holds {bad}, outside the vocabulary [0, {cfg.vocab_size})")
+    spans = [_check_span(i, s, ids, cfg) for i, s in enumerate(start.media)]
+    tensors = await _read_media(requests, len(spans))
+    media = [_media_input(i, s, tensors, cfg) for i, s in enumerate(spans)]
+    grids = [MediaSpanGrid(MediaKind(m.kind), tuple(m.grid_thw) or None, m.second_per_grid,
+                           m.length if m.kind == "audio" else 0) for m in media]
+    positions = prompt_positions(ids, grids, cfg)
+    sampling = resolve_sampling(start.sampling, defaults, "start.sampling", max_tokens_cap=max_model_len - len(ids))
+    request = ThinkerRequest(positions.positions, positions.rope_delta, media,
+                             capture_talker_states=start.return_talker_conditioning and cfg.accept_hidden_layer is not None)
+    return GenerateInput(start.request_id, ids, sampling, request)
+
+
+def _check_span(i: int, span: thinker_pb2.MediaSpan, ids: list[int], cfg: ThinkerConfig) -> thinker_pb2.MediaSpan:
+    field = f"start.media[{i}]"
+    kind = _KINDS.get(span.kind)
+    if kind is None:
+        raise InvalidArgument(f"{field}.kind", "must be IMAGE, VIDEO or AUDIO")
+    if span.length == 0 or span.offset + span.length > len(ids):
+        raise InvalidArgument(field, f"span [{span.offset}, {span.offset + span.length}) is empty or past the "
+                              f"prompt's {len(ids)} tokens")
+    pad = {"image": cfg.image_token_id, "video": cfg.video_token_id, "audio": cfg.audio_token_id}[kind]
+    if any(t != pad for t in ids[span.offset:span.offset + span.length]):
+        raise InvalidArgument(field, f"span must cover only {kind} placeholder tokens (id {pad})")
+    if kind != "audio" and len(span.grid_thw) != 3:
+        raise InvalidArgument(f"{field}.grid_thw", f"must hold (t, h, w) for {kind} spans")
+    return span
+
+
+async def _read_media(requests: AsyncIterator[thinker_pb2.GenerateRequest], num_spans: int) -> dict[str, torch.Tensor]:
+    assembler = TensorAssembler("media")
+    tensors: dict[str, torch.Tensor] = {}
+    async for msg in requests:
+        if msg.WhichOneof("msg") != "media":
+            raise InvalidArgument("start", "only one `start` message is allowed per Generate call")
+        done = assembler.add(msg.media)
+        if done is not None:
+            tensors[done[0]] = done[1]
+    if assembler.pending:
+        raise InvalidArgument("media", f"the stream ended with tensors incomplete: {assembler.pending}")
+    return tensors
+
+
+def _media_input(i: int, span: thinker_pb2.MediaSpan, tensors: dict[str, torch.Tensor],
+                 cfg: ThinkerConfig) -> MediaInput:
+    kind = _KINDS[span.kind]
+    name = f"media.{i}.embeddings"
+    emb = _expect(tensors, name, (span.length, cfg.hidden_size))
+    deepstack = []
+    if kind != "audio":
+        deepstack = [_expect(tensors, f"media.{i}.deepstack.{k}", (span.length, cfg.hidden_size))
+                     for k in range(cfg.num_deepstack)]
+    return MediaInput(kind, span.offset, span.length, tuple(span.grid_thw), span.second_per_grid,
+                      span.content_hash, emb.float(), [d.float() for d in deepstack])
+
+
+def _expect(tensors: dict[str, torch.Tensor], name: str, shape: tuple[int, int]) -> torch.Tensor:
+    t = tensors.get(name)
+    if t is None:
+        raise InvalidArgument(f"media[{name}]", "is missing")
+    if tuple(t.shape) != shape:
+        raise InvalidArgument(f"media[{name}]", f"has shape {list(t.shape)}, expected {list(shape)}")
+    return t
+
+
+def to_pb(out: TokensOut | ConditioningOut | FinishedOut) -> Iterator[thinker_pb2.GenerateResponse]:
+    if isinstance(out, TokensOut):
+        yield thinker_pb2.GenerateResponse(tokens=thinker_pb2.TokenBatch(
+            token_ids=out.token_ids, text=out.text,
+            logprobs=[common_pb2.TokenLogprob(token_id=t, logprob=lp, top=[
+                common_pb2.TopLogprob(token_id=a, logprob=b) for a, b in top]) for t, lp, top in out.logprobs]))
+    elif isinstance(out, ConditioningOut):
+        for chunk in encode_tensor("talker.media_hidden", out.media_hidden):
+            yield thinker_pb2.GenerateResponse(talker_conditioning=chunk)
+    else:
+        yield thinker_pb2.GenerateResponse(finished=thinker_pb2.GenerateFinished(
+            finish_reason=FINISH_TO_PB[out.reason.value],
+            usage=common_pb2.Usage(prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
+                                   cached_prompt_tokens=out.cached_prompt_tokens),
+            timings=common_pb2.Timings(queue_seconds=out.queue_seconds, compute_seconds=out.compute_seconds)))

@@ -1,0 +1,91 @@
+"""The tower's layers; attribute names mirror the checkpoint's `thinker.visual.*` keys so weights load by name."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from services.vision.model.attention import AttentionFn
+from services.vision.model.config import VisionTowerConfig
+from services.vision.model.plan import VisionPlan
+from services.vision.model.rotary import apply_rotary
+
+
+class PatchEmbed(nn.Module):
+    """The checkpoint's Conv3d has kernel == stride, so it is exactly one GEMM over flattened patch rows."""
+
+    def __init__(self, cfg: VisionTowerConfig) -> None:
+        super().__init__()
+        self.proj = nn.Linear(cfg.patch_dim, cfg.hidden_size)  # weight: the Conv3d kernel flattened (C, T, P, P)
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        return self.proj(patches.to(self.proj.weight.dtype))  # [N, hidden]
+
+
+class VisionAttention(nn.Module):
+    def __init__(self, cfg: VisionTowerConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: VisionPlan, attend: AttentionFn
+    ) -> torch.Tensor:
+        q, k, v = self.qkv(x).unflatten(-1, (3, self.num_heads, -1)).unbind(1)  # each [N, H, D]
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        out = attend(q.contiguous(), k.contiguous(), v.contiguous(), plan)  # [N, H, D]
+        return self.proj(out.flatten(1))  # [N, hidden]
+
+
+class VisionMLP(nn.Module):
+    def __init__(self, cfg: VisionTowerConfig) -> None:
+        super().__init__()
+        self.linear_fc1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.linear_fc2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.approximate = "tanh" if cfg.hidden_act == "gelu_pytorch_tanh" else "none"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_fc2(F.gelu(self.linear_fc1(x), approximate=self.approximate))
+
+
+class VisionBlock(nn.Module):
+    """Pre-LN transformer block."""
+
+    def __init__(self, cfg: VisionTowerConfig) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.attn = VisionAttention(cfg)
+        self.mlp = VisionMLP(cfg)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: VisionPlan, attend: AttentionFn
+    ) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), cos, sin, plan, attend)
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchMerger(nn.Module):
+    """Folds each merge block (4 consecutive patch rows) into one row and projects it to the LLM width.
+
+    The final merger normalises each patch before folding; the deepstack mergers normalise after.
+    """
+
+    def __init__(self, cfg: VisionTowerConfig, norm_after_fold: bool) -> None:
+        super().__init__()
+        self.merged_dim = cfg.merged_dim
+        self.norm_after_fold = norm_after_fold
+        self.ln_q = nn.LayerNorm(cfg.merged_dim if norm_after_fold else cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.mlp = nn.ModuleList(
+            [nn.Linear(cfg.merged_dim, cfg.merged_dim), nn.GELU(), nn.Linear(cfg.merged_dim, cfg.out_hidden_size)]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.norm_after_fold:
+            x = self.ln_q(x.view(-1, self.merged_dim))  # [N/4, 4·hidden]
+        else:
+            x = self.ln_q(x).view(-1, self.merged_dim)  # [N/4, 4·hidden]
+        for layer in self.mlp:
+            x = layer(x)
+        return x  # [N/4, out]

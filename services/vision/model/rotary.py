@@ -1,0 +1,26 @@
+"""2-D ("axial") rotary embedding of the vision tower: half the rotary frequencies follow the patch row, half the column."""
+from __future__ import annotations
+
+import torch
+
+
+def inv_frequencies(head_dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """[head_dim // 4] float32: one frequency set shared by the row axis and the column axis."""
+    axis_dim = head_dim // 2
+    return 1.0 / (theta ** (torch.arange(0, axis_dim, 2, dtype=torch.float32, device=device) / axis_dim))
+
+
+def rotary_cos_sin(coords: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [M, head_dim] float32 for (row, col) coords [M, 2], laid out [row·f, col·f, row·f, col·f]."""
+    angles = coords.to(torch.float32)[:, :, None] * inv_freq  # [M, 2, head_dim // 4]
+    angles = angles.flatten(1)  # [M, head_dim // 2]: row freqs then col freqs
+    angles = torch.cat([angles, angles], dim=-1)  # [M, head_dim]
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [N, H, D] by cos/sin [N, D] in float32 (as the reference does), back in x's dtype."""
+    xf = x.to(torch.float32)
+    half = xf.shape[-1] // 2
+    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
+    return (xf * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)

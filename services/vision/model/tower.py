@@ -1,0 +1,129 @@
+"""`VisionTower`: Qwen3-Omni's `thinker.visual`, batching many images and videos into one forward."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from runtime.weights import load_component
+from services.vision.model.attention import select_attention, segment_sdpa
+from services.vision.model.config import VisionTowerConfig
+from services.vision.model.grid import Grid
+from services.vision.model.layers import PatchEmbed, PatchMerger, VisionBlock
+from services.vision.model.plan import VisionPlan, build_plan
+from services.vision.model.rotary import inv_frequencies, rotary_cos_sin
+
+CHECKPOINT_PREFIX = "thinker.visual."
+PLAN_CACHE_SIZE = 64
+
+
+class VisionOutput(NamedTuple):
+    """Merged embeddings and one tensor per deepstack merger, all [N/4, out] rows in item order."""
+
+    merged: torch.Tensor
+    deepstack: list[torch.Tensor]
+
+    def split(self, grids: Sequence[Grid], merge_size: int) -> list[VisionOutput]:
+        """One `VisionOutput` per item; sizes come from the grids, so nothing is read back from the device."""
+        sizes = [g.num_tokens(merge_size) for g in grids]
+        merged = torch.split(self.merged, sizes)
+        deepstack = [torch.split(d, sizes) for d in self.deepstack]
+        return [VisionOutput(merged[i], [d[i] for d in deepstack]) for i in range(len(grids))]
+
+
+class VisionTower(nn.Module):
+    """Patch embed (one GEMM) + interpolated learned positions + 2-D rotary + blocks + deepstack and final mergers."""
+
+    def __init__(self, cfg: VisionTowerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.patch_embed = PatchEmbed(cfg)
+        self.pos_embed = nn.Embedding(cfg.num_position_embeddings, cfg.hidden_size)
+        self.blocks = nn.ModuleList([VisionBlock(cfg) for _ in range(cfg.depth)])
+        self.merger_list = nn.ModuleList([PatchMerger(cfg, norm_after_fold=True) for _ in cfg.deepstack_visual_indexes])
+        self.merger = PatchMerger(cfg, norm_after_fold=False)
+        self.attention_backend = "segments"
+        self._attend = segment_sdpa
+        self._inv_freq = inv_frequencies(cfg.head_dim, cfg.rope_theta, torch.device("cpu"))
+        self._plans: OrderedDict[tuple[Grid, ...], VisionPlan] = OrderedDict()
+
+    @classmethod
+    def load(
+        cls, ckpt_dir: Path, device: torch.device | str, dtype: torch.dtype, attention: str = "auto"
+    ) -> VisionTower:
+        """Reads only `thinker.visual.*` from the checkpoint and `thinker_config.vision_config` from config.json."""
+        cfg = VisionTowerConfig.from_checkpoint(Path(ckpt_dir))
+        state = load_component(Path(ckpt_dir), CHECKPOINT_PREFIX, device=device, dtype=dtype)
+        return cls.from_state_dict(cfg, state, device, dtype, attention)
+
+    @classmethod
+    def from_state_dict(
+        cls,
+        cfg: VisionTowerConfig,
+        state: Mapping[str, torch.Tensor],
+        device: torch.device | str,
+        dtype: torch.dtype,
+        attention: str = "auto",
+    ) -> VisionTower:
+        """From tensors named as in the checkpoint without the `thinker.visual.` prefix (Conv3d kernel included)."""
+        device = torch.device(device)
+        tensors = {name: t.to(device=device, dtype=dtype) for name, t in state.items()}
+        kernel = tensors["patch_embed.proj.weight"]
+        tensors["patch_embed.proj.weight"] = kernel.reshape(kernel.shape[0], -1)  # [hidden, C·T·P·P]
+        with torch.device("meta"):
+            tower = cls(cfg)
+        tower.load_state_dict(tensors, strict=True, assign=True)
+        tower.requires_grad_(False).eval()
+        tower._inv_freq = inv_frequencies(cfg.head_dim, cfg.rope_theta, device)
+        tower.attention_backend, tower._attend = select_attention(attention, device, dtype)
+        return tower
+
+    @property
+    def device(self) -> torch.device:
+        return self.pos_embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.pos_embed.weight.dtype
+
+    def plan(self, grids: Sequence[Grid]) -> VisionPlan:
+        """The device-resident plan for these grids, cached because request shapes repeat."""
+        key = tuple(Grid(*g) for g in grids)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = build_plan(key, self.cfg.spatial_merge_size, self.cfg.position_grid_side).to(self.device)
+            self._plans[key] = plan
+            if len(self._plans) > PLAN_CACHE_SIZE:
+                self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
+        return plan
+
+    @torch.inference_mode()
+    def forward(self, patches: torch.Tensor, grids: Sequence[Grid]) -> VisionOutput:
+        """patches [N, C·T·P·P] in the reference `pixel_values` row order, N = Σ t·h·w over `grids`."""
+        plan = self.plan(grids)
+        if tuple(patches.shape) != (plan.num_patches, self.cfg.patch_dim):
+            raise ValueError(
+                f"patches has shape {tuple(patches.shape)} but the grids need ({plan.num_patches}, {self.cfg.patch_dim})"
+            )
+        x = self.patch_embed(patches) + self.positions(plan)  # [N, hidden]
+        cos, sin = rotary_cos_sin(plan.frame_coords, self._inv_freq)  # [M, head_dim] per distinct-frame patch
+        cos, sin = cos.index_select(0, plan.frame_row), sin.index_select(0, plan.frame_row)  # [N, head_dim]
+        deepstack: list[torch.Tensor] = []
+        slots = {layer: slot for slot, layer in enumerate(self.cfg.deepstack_visual_indexes)}
+        for layer, block in enumerate(self.blocks):
+            x = block(x, cos, sin, plan, self._attend)
+            if layer in slots:
+                deepstack.append(self.merger_list[slots[layer]](x))
+        return VisionOutput(self.merger(x), deepstack)
+
+    def positions(self, plan: VisionPlan) -> torch.Tensor:
+        """Learned positions bilinearly resampled to each grid, [N, hidden] in the tower's dtype."""
+        taps = self.pos_embed.weight[plan.interp_index]  # [M, 4, hidden]
+        per_frame = (taps * plan.interp_weight[:, :, None]).sum(1).to(self.dtype)  # [M, hidden], summed in fp32
+        return per_frame.index_select(0, plan.frame_row)  # [N, hidden]

@@ -1,0 +1,38 @@
+"""Session-wide fixtures: the demo checkpoint, the transformers reference model on it, and the `gpu` marker."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from runtime.checkpoint.demo_cache import copy_demo_checkpoint
+from runtime.checkpoint.hf_compat import apply_talker_audio_config_fix
+
+
+@pytest.fixture(scope="session")
+def demo_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The seed-0 demo checkpoint in a session tmp dir (copied from a build cache; built on first use)."""
+    return copy_demo_checkpoint(tmp_path_factory.mktemp("demo_ckpt"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def hf_omni(demo_ckpt: Path) -> Any:
+    """The demo checkpoint loaded in transformers: fp32, eval, sdpa, talker audio_config fix applied. Do not mutate."""
+    transformers = pytest.importorskip("transformers")
+    model = transformers.Qwen3OmniMoeForConditionalGeneration.from_pretrained(
+        demo_ckpt, dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
+    apply_talker_audio_config_fix(model.config)
+    return model
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skips `@pytest.mark.gpu` tests on machines without CUDA."""
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
