@@ -53,3 +53,13 @@ def resolve_sampling(pb: common_pb2.SamplingParams, defaults: SamplingDefaults, 
         max_tokens=max_tokens, stop_token_ids=frozenset(pb.stop_token_ids), stop_strings=tuple(pb.stop),
         ignore_eos=pb.ignore_eos, logprobs=pb.logprobs or pb.top_logprobs > 0, top_logprobs=int(pb.top_logprobs),
     )
+
+
+def sampling_to_pb(opts: SamplingOptions) -> common_pb2.SamplingParams:
+    """Every field set explicitly, so the next stage samples exactly as resolved here (seed included)."""
+    return common_pb2.SamplingParams(
+        temperature=opts.temperature, top_k=opts.top_k, top_p=opts.top_p, min_p=opts.min_p,
+        repetition_penalty=opts.repetition_penalty, presence_penalty=opts.presence_penalty,
+        frequency_penalty=opts.frequency_penalty, seed=opts.seed, max_tokens=opts.max_tokens,
+        stop=list(opts.stop_strings), stop_token_ids=sorted(opts.stop_token_ids), ignore_eos=opts.ignore_eos,
+        logprobs=opts.logprobs, top_logprobs=opts.top_logprobs)

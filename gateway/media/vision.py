@@ -168,9 +168,7 @@ def open_image(data: bytes, field: str, cfg: VisionMediaConfig) -> Image.Image:
         raise InvalidArgument(field, "is not a decodable image; send JPEG, PNG, WebP or GIF bytes") from None
     if im.format not in IMAGE_FORMATS:
         raise InvalidArgument(field, f"has unsupported format {im.format}; send JPEG, PNG, WebP or GIF")
-    width, height = im.size
-    if width == 0 or height == 0:
-        raise InvalidArgument(field, f"has zero size ({width}x{height}); send an image with pixels")
+    width, height = im.size  # Pillow refuses zero-sized headers as unidentifiable, above
     if width * height > cfg.max_image_pixels:
         raise InvalidArgument(
             field, f"is {width}x{height} = {width * height} pixels, over the cap of {cfg.max_image_pixels}; downscale it"
@@ -209,6 +207,8 @@ def open_video(data: bytes, field: str) -> av.container.InputContainer:
 
 def check_video_stream(stream: av.VideoStream, field: str, cfg: VisionMediaConfig) -> None:
     """Header checks before decoding: frame size, pixel cap and (when the container says) the frame cap."""
+    if stream.codec_context is None:
+        raise InvalidArgument(field, "has a video stream whose codec cannot be opened; send H.264, VP9 or similar")
     width, height = stream.codec_context.width, stream.codec_context.height
     if width == 0 or height == 0:
         raise InvalidArgument(field, f"has zero-size frames ({width}x{height})")

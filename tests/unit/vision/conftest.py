@@ -23,14 +23,22 @@ def gray_ramp_frame(k: int, width: int, height: int) -> np.ndarray:
 @pytest.fixture
 def encode_video() -> EncodeVideo:
     def encode(
-        fmt: str = "mp4", codec: str = "mpeg4", num_frames: int = 30, rate: int = 10, width: int = 64, height: int = 48
+        fmt: str = "mp4",
+        codec: str = "mpeg4",
+        num_frames: int = 30,
+        rate: int = 10,
+        width: int = 64,
+        height: int = 48,
+        noise: bool = False,
     ) -> bytes:
+        rng = np.random.default_rng(0)
         buf = io.BytesIO()
         with av.open(buf, mode="w", format=fmt) as out:
             stream = out.add_stream(codec, rate=rate)
             stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
             for k in range(num_frames):
-                frame = av.VideoFrame.from_ndarray(gray_ramp_frame(k, width, height), format="rgb24")
+                pixels = rng.integers(0, 256, (height, width, 3), np.uint8) if noise else gray_ramp_frame(k, width, height)
+                frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
                 for packet in stream.encode(frame):
                     out.mux(packet)
             for packet in stream.encode():

@@ -1,0 +1,86 @@
+"""A validated chat request in domain form (protobuf stops at the servicer)."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from omnimesh.v1 import omni_pb2
+from runtime.config import SamplingDefaults
+from runtime.engine.sampling_params import SamplingOptions
+from runtime.errors import InvalidArgument
+from runtime.sampling import resolve_sampling
+
+ROLES = ("system", "user", "assistant")
+MEDIA_KINDS = ("image", "audio", "video")
+
+
+@dataclass(frozen=True)
+class MediaBytes:
+    kind: str  # image | audio | video
+    data: bytes
+    mime_type: str
+    field: str  # where it sits in the request, for error messages: messages[0].content[1].image
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: str
+    parts: tuple[str | MediaBytes, ...]  # text or media, in order
+
+
+@dataclass(frozen=True)
+class ChatInput:
+    request_id: str
+    turns: tuple[Turn, ...]
+    sampling: SamplingOptions
+    want_audio: bool
+    voice: str
+    return_codes: bool
+    use_audio_in_video: bool
+
+    @property
+    def media(self) -> list[MediaBytes]:
+        return [p for t in self.turns for p in t.parts if isinstance(p, MediaBytes)]
+
+
+def chat_input_from_pb(req: omni_pb2.ChatRequest, defaults: SamplingDefaults) -> ChatInput:
+    """Validates every field a client controls; each error names the field, the problem and what is allowed."""
+    if not req.messages:
+        raise InvalidArgument("messages", "is empty; send at least one message")
+    turns = tuple(_turn(i, m) for i, m in enumerate(req.messages))
+    modalities = set(req.output_modalities) or {omni_pb2.MODALITY_TEXT}
+    if omni_pb2.MODALITY_UNSPECIFIED in modalities:
+        raise InvalidArgument("output_modalities", "holds MODALITY_UNSPECIFIED; use MODALITY_TEXT and/or MODALITY_AUDIO")
+    return ChatInput(
+        request_id=req.request_id or uuid.uuid4().hex,
+        turns=turns,
+        sampling=resolve_sampling(req.sampling, defaults),
+        want_audio=omni_pb2.MODALITY_AUDIO in modalities,
+        voice=req.voice,
+        return_codes=req.return_codes,
+        use_audio_in_video=req.use_audio_in_video,
+    )
+
+
+def _turn(i: int, msg: omni_pb2.Message) -> Turn:
+    field = f"messages[{i}]"
+    if msg.role not in ROLES:
+        raise InvalidArgument(f"{field}.role", f"is {msg.role!r}; must be one of {', '.join(ROLES)}")
+    if not msg.content:
+        raise InvalidArgument(f"{field}.content", "is empty; a message needs at least one content part")
+    parts: list[str | MediaBytes] = []
+    for j, part in enumerate(msg.content):
+        kind = part.WhichOneof("part")
+        where = f"{field}.content[{j}]"
+        if kind is None:
+            raise InvalidArgument(where, "sets none of text, image, audio, video")
+        if kind == "text":
+            parts.append(part.text)
+            continue
+        media = getattr(part, kind)
+        if not media.data:
+            raise InvalidArgument(f"{where}.{kind}.data", "is empty; send the file's bytes")
+        parts.append(MediaBytes(kind, media.data, media.mime_type, f"{where}.{kind}"))
+    if all(isinstance(p, str) and not p for p in parts):
+        raise InvalidArgument(f"{field}.content", "holds only empty text")
+    return Turn(msg.role, tuple(parts))

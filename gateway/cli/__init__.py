@@ -1,0 +1,1 @@
+"""The `omnimesh` command line: up, chat, demo-checkpoint."""

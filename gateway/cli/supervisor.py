@@ -1,0 +1,110 @@
+"""Starts stage processes, waits until each is ready and healthy, and stops them all together."""
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from runtime.server import READY_PREFIX
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+    grpc_port: int = 0
+    metrics_port: int = -1
+
+
+class Supervisor:
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.children: list[Child] = []
+
+    def start(self, name: str, module: str, args: list[str], ready_timeout_s: float) -> Child:
+        """Runs `python -m module args`, waits for its ready line and a SERVING health check."""
+        cmd = [sys.executable, "-m", module, *args]
+        log.info("starting %s: %s", name, " ".join(cmd))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        child = Child(name, proc)
+        self.children.append(child)
+        ports = self._read_ready(child, ready_timeout_s)
+        child.grpc_port, child.metrics_port = ports["grpc_port"], ports["metrics_port"]
+        self._wait_healthy(child, ready_timeout_s)
+        return child
+
+    def _read_ready(self, child: Child, timeout_s: float) -> dict[str, int]:
+        # Blocking readline is bounded by the child: it either prints the line or exits (EOF).
+        deadline = time.monotonic() + timeout_s
+        assert child.process.stdout is not None
+        for line in child.process.stdout:
+            if line.startswith(READY_PREFIX):
+                return json.loads(line[len(READY_PREFIX):])
+            sys.stdout.write(line)
+            if time.monotonic() > deadline:
+                break
+        code = child.process.poll()
+        raise RuntimeError(f"{child.name} did not become ready" + (f" (exit code {code})" if code is not None else ""))
+
+    def _wait_healthy(self, child: Child, timeout_s: float) -> None:
+        with grpc.insecure_channel(f"{self.host}:{child.grpc_port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                try:
+                    status = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2).status
+                    if status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.2)
+        raise RuntimeError(f"{child.name} never reported SERVING on port {child.grpc_port}")
+
+    def wait(self) -> int:
+        """Blocks until a signal or a child exits; returns the exit code for `omnimesh up`."""
+        stop = {"signal": None}
+
+        def on_signal(signum: int, _frame: object) -> None:
+            stop["signal"] = signum
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        while stop["signal"] is None:
+            for child in self.children:
+                code = child.process.poll()
+                if code is not None:
+                    log.error("%s exited with code %s; stopping the mesh", child.name, code)
+                    self.stop_all()
+                    return 1
+            time.sleep(0.2)
+        log.info("signal %s: stopping the mesh", stop["signal"])
+        self.stop_all()
+        return 0
+
+    def stop_all(self, grace_s: float = 30.0) -> None:
+        """SIGTERM to every child (gateway first, so it drains before the stages go), then SIGKILL stragglers."""
+        for child in reversed(self.children):
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for child in reversed(self.children):
+            try:
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %.0f s; killing it", child.name, grace_s)
+                child.process.kill()
+                child.process.wait()
+
+
+def write_json(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=2))

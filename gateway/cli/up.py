@@ -1,0 +1,62 @@
+"""`omnimesh up`: every stage as its own process on this machine, supervised, behind one gateway."""
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from runtime.config import load_mesh_config, write_mesh_config
+from runtime.logs import configure_logging
+from runtime.model_path import resolve_model
+from gateway.cli.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+# Stage processes `up` knows how to start, in start order (the gateway comes last).
+STAGE_MODULES = {"thinker": "services.thinker"}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("up", help="start the whole mesh locally (each stage its own process)")
+    p.add_argument("--model", default=None, help="checkpoint directory or 'demo' (default: the config's, 'demo')")
+    p.add_argument("--port", type=int, default=None, help="gateway port (default 50051)")
+    p.add_argument("--host", default=None, help="gateway listen address (default 127.0.0.1)")
+    p.add_argument("--config", type=Path, default=None, help="mesh YAML (see deploy/mesh.example.yaml)")
+    p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds a stage may take to load")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging("up")
+    mesh = load_mesh_config(args.config)
+    if args.model:
+        mesh = replace(mesh, model=args.model)
+    gw_server = mesh.gateway.server
+    gw_server = replace(gw_server, port=args.port if args.port is not None else gw_server.port,
+                        host=args.host or gw_server.host)
+    mesh = replace(mesh, gateway=replace(mesh.gateway, server=gw_server))
+    model_dir = resolve_model(mesh.model)  # builds the demo checkpoint once, before any child needs it
+    sup = Supervisor("127.0.0.1")
+    workdir = Path(tempfile.mkdtemp(prefix="omnimesh-up-"))
+    config_path = workdir / "mesh.yaml"
+    write_mesh_config(mesh, config_path)
+    common = ["--config", str(config_path), "--model", str(model_dir)]
+    try:
+        for stage, module in STAGE_MODULES.items():
+            if not mesh.stage(stage).enabled:
+                continue
+            child = sup.start(stage, module, [*common, "--port", "0", "--metrics-port", "0",
+                                              "--replica", f"{stage}-0"], args.ready_timeout)
+            mesh = replace(mesh, **{stage: replace(mesh.stage(stage), address=f"127.0.0.1:{child.grpc_port}")})
+        write_mesh_config(mesh, config_path)
+        gateway = sup.start("gateway", "gateway", [*common, "--replica", "gateway-0"], args.ready_timeout)
+    except BaseException:
+        sup.stop_all()
+        raise
+    print(f"omnimesh is up on {gw_server.host}:{gateway.grpc_port} (model {mesh.model})", flush=True)
+    for child in sup.children:
+        print(f"  {child.name:8s} grpc 127.0.0.1:{child.grpc_port}  metrics :{child.metrics_port}/metrics", flush=True)
+    print("try: .venv/bin/omnimesh chat \"Hello\"   (Ctrl-C stops every stage)", flush=True)
+    return sup.wait()

@@ -1,0 +1,1 @@
+"""Clients of the stage services, one per stage, that speak domain types and raise domain errors."""

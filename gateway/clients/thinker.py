@@ -1,0 +1,97 @@
+"""The gateway's client of the thinker stage: sends a prompt and its media embeddings, yields token batches."""
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+import torch
+
+from omnimesh.v1 import common_pb2, thinker_pb2, thinker_pb2_grpc
+from runtime.engine.sampling_params import SamplingOptions
+from runtime.metrics import Metrics
+from runtime.sampling import sampling_to_pb
+from runtime.tensor_codec import TensorAssembler, encode_tensor
+from gateway.clients.errors import stage_error
+
+
+@dataclass
+class ThinkerPrompt:
+    request_id: str
+    token_ids: list[int]
+    media: list[thinker_pb2.MediaSpan] = field(default_factory=list)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # "media.<i>.embeddings" / ".deepstack.<k>"
+    use_audio_in_video: bool = False
+
+
+@dataclass
+class TextChunk:
+    token_ids: list[int]
+    text: str
+    logprobs: list[common_pb2.TokenLogprob]
+
+
+@dataclass
+class Conditioning:
+    media_hidden: torch.Tensor
+
+
+@dataclass
+class ThinkerDone:
+    finish_reason: int  # common_pb2.FinishReason
+    usage: common_pb2.Usage
+
+
+class ThinkerClient:
+    def __init__(self, channel: grpc.aio.Channel, metrics: Metrics) -> None:
+        self._stub = thinker_pb2_grpc.ThinkerStub(channel)
+        self._metrics = metrics
+
+    async def info(self, timeout: float) -> common_pb2.StageInfo:
+        try:
+            return await self._stub.Info(common_pb2.InfoRequest(), timeout=timeout, wait_for_ready=True)
+        except grpc.aio.AioRpcError as err:
+            raise stage_error("thinker", err) from None
+
+    async def generate(self, prompt: ThinkerPrompt, sampling: SamplingOptions, want_conditioning: bool,
+                       timeout: float | None) -> AsyncIterator[TextChunk | Conditioning | ThinkerDone]:
+        call = self._stub.Generate(self._requests(prompt, sampling, want_conditioning), timeout=timeout)
+        assembler = TensorAssembler("talker_conditioning")
+        received = 0
+        try:
+            async for msg in call:
+                received += msg.ByteSize()
+                kind = msg.WhichOneof("msg")
+                if kind == "tokens":
+                    yield TextChunk(list(msg.tokens.token_ids), msg.tokens.text, list(msg.tokens.logprobs))
+                elif kind == "talker_conditioning":
+                    done = assembler.add(msg.talker_conditioning)
+                    if done is not None:
+                        yield Conditioning(done[1])
+                else:
+                    yield ThinkerDone(msg.finished.finish_reason, msg.finished.usage)
+        except grpc.aio.AioRpcError as err:
+            raise stage_error("thinker", err) from None
+        finally:
+            call.cancel()  # no-op when finished; frees the thinker's KV at once when we stop early
+            self._metrics.get("omnimesh_edge_bytes_total", from_stage="thinker", to_stage="gateway").inc(received)
+
+    async def _requests(self, prompt: ThinkerPrompt, sampling: SamplingOptions,
+                        want_conditioning: bool) -> AsyncIterator[thinker_pb2.GenerateRequest]:
+        t0 = time.perf_counter()
+        sent = 0
+        start = thinker_pb2.GenerateRequest(start=thinker_pb2.GenerateStart(
+            request_id=prompt.request_id, token_ids=prompt.token_ids, media=prompt.media,
+            sampling=sampling_to_pb(sampling), use_audio_in_video=prompt.use_audio_in_video,
+            return_talker_conditioning=want_conditioning))
+        sent += start.ByteSize()
+        yield start
+        for name, tensor in prompt.tensors.items():
+            for chunk in encode_tensor(name, tensor):
+                msg = thinker_pb2.GenerateRequest(media=chunk)
+                sent += msg.ByteSize()
+                yield msg
+        self._metrics.get("omnimesh_edge_bytes_total", from_stage="gateway", to_stage="thinker").inc(sent)
+        self._metrics.get("omnimesh_edge_seconds_total", from_stage="gateway", to_stage="thinker").inc(
+            time.perf_counter() - t0)

@@ -1,0 +1,1 @@
+"""Media decoding at the gateway: audio and video content parts into what the stages consume."""

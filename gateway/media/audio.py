@@ -1,0 +1,169 @@
+"""Audio content parts and video sound tracks -> 16 kHz mono float32 samples, with token counts and a content hash."""
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from dataclasses import dataclass
+
+import av
+import numpy as np
+import soundfile as sf
+
+from runtime.errors import InvalidArgument
+from services.audio.lengths import HOP_LENGTH, audio_token_count, mel_frame_count
+
+TARGET_RATE = 16_000
+DEFAULT_MAX_SECONDS = 600.0
+MIN_SAMPLES = 400  # one 25 ms STFT window at 16 kHz; the log-mel front end needs more than half of it
+FORMATS = "WAV, FLAC, OGG (Vorbis, Opus), MP3, M4A (AAC, ALAC)"
+# Codecs accepted from containers soundfile cannot read (M4A/MP4, MKV, WebM ...): the formats we promise, no more.
+PYAV_CODECS = frozenset({"aac", "alac", "mp3", "mp3float", "opus", "libopus", "vorbis", "flac"})
+PYAV_CODEC_PREFIXES = ("pcm_",)
+
+
+@dataclass(frozen=True)
+class DecodedAudio:
+    samples: np.ndarray  # float32 [n], mono, TARGET_RATE
+    num_mel_frames: int  # log-mel frames the audio stage will make (n // 160)
+    token_count: int  # `<|audio_pad|>` positions the thinker reserves for it
+    content_hash: str  # sha256 of the samples' bytes: equal audio in any container hashes equal (prefix cache key)
+
+    @property
+    def seconds(self) -> float:
+        return self.samples.shape[0] / TARGET_RATE
+
+
+def decode_audio(data: bytes, field: str, max_seconds: float = DEFAULT_MAX_SECONDS) -> DecodedAudio:
+    """Decode an audio file; bad input raises `InvalidArgument(field, ...)`: empty, undecodable, unsupported codec,
+    or longer than `max_seconds`."""
+    if not data:
+        raise InvalidArgument(field, "audio is empty (0 bytes); send a non-empty audio file")
+    try:
+        samples, rate = _decode_soundfile(data, field, max_seconds)
+    except (sf.LibsndfileError, RuntimeError, TypeError):
+        samples, rate = _decode_pyav(data, field, max_seconds, video=False)  # type: ignore[misc]
+    return _finish(samples, rate, field)
+
+
+def extract_video_audio(data: bytes, field: str, max_seconds: float = DEFAULT_MAX_SECONDS) -> DecodedAudio | None:
+    """The sound track of a video file, or None when it has none; a track that is bad raises like `decode_audio`."""
+    decoded = _decode_pyav(data, field, max_seconds, video=True)
+    return None if decoded is None else _finish(*decoded, field)
+
+
+def _finish(samples: np.ndarray, rate: int, field: str) -> DecodedAudio:
+    """samples: [frames, channels] float32 at `rate` -> mono, 16 kHz, checked."""
+    if not np.isfinite(samples).all():
+        raise InvalidArgument(field, "audio has NaN or infinite samples; send finite PCM")
+    mono = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
+    mono = resample(mono, rate, TARGET_RATE).astype(np.float32, copy=False)
+    if mono.shape[0] < MIN_SAMPLES:
+        raise InvalidArgument(field, f"audio is empty or too short ({mono.shape[0] / TARGET_RATE * 1000:.1f} ms); "
+                                     f"send at least {MIN_SAMPLES * 1000 // TARGET_RATE} ms")
+    mono = np.ascontiguousarray(mono)
+    frames = mel_frame_count(mono.shape[0], HOP_LENGTH)
+    digest = hashlib.sha256(mono.astype("<f4", copy=False).tobytes()).hexdigest()
+    return DecodedAudio(mono, frames, audio_token_count(frames), digest)
+
+
+def _too_long(field: str, seconds: float, max_seconds: float) -> InvalidArgument:
+    return InvalidArgument(field, f"audio lasts more than {max_seconds:g} s (at least {seconds:.1f} s); "
+                                  f"send at most {max_seconds:g} s")
+
+
+def _decode_soundfile(data: bytes, field: str, max_seconds: float) -> tuple[np.ndarray, int]:
+    """WAV, FLAC, OGG and MP3 through libsndfile, reading at most one frame past the cap."""
+    with sf.SoundFile(io.BytesIO(data)) as f:
+        rate = f.samplerate
+        limit = int(max_seconds * rate)
+        samples = f.read(limit + 1, dtype="float32", always_2d=True)  # [frames, channels]
+    if samples.shape[0] > limit:
+        raise _too_long(field, samples.shape[0] / rate, max_seconds)
+    return samples, rate
+
+
+def _decode_pyav(data: bytes, field: str, max_seconds: float, video: bool) -> tuple[np.ndarray, int] | None:
+    """Any container FFmpeg opens; only the first audio stream, only the promised codecs."""
+    try:
+        container = av.open(io.BytesIO(data), mode="r")
+    except (av.error.FFmpegError, ValueError, UnicodeDecodeError) as e:
+        kind = "video" if video else f"audio ({FORMATS})"
+        raise InvalidArgument(field, f"cannot decode the {kind}: {e}") from None
+    with container:
+        if not container.streams.audio:
+            if video:
+                return None
+            raise InvalidArgument(field, f"the file has no audio stream; send one of {FORMATS}")
+        stream = container.streams.audio[0]
+        codec = stream.codec_context.name
+        if codec not in PYAV_CODECS and not codec.startswith(PYAV_CODEC_PREFIXES):
+            raise InvalidArgument(field, f"audio codec {codec!r} is not supported; send one of {FORMATS}")
+        return _read_frames(container, stream, field, max_seconds)
+
+
+def _read_frames(container: av.container.InputContainer, stream: av.AudioStream, field: str,
+                 max_seconds: float) -> tuple[np.ndarray, int]:
+    rate = stream.codec_context.sample_rate
+    if container.duration is not None and container.duration / av.time_base > max_seconds + 1.0:
+        raise _too_long(field, container.duration / av.time_base, max_seconds)  # before decoding anything
+    to_float = None
+    chunks: list[np.ndarray] = []
+    total = 0
+    try:
+        for frame in container.decode(stream):
+            if to_float is None:  # sample format only, same rate and layout: resampling is ours
+                to_float = av.AudioResampler(format="fltp", layout=frame.layout.name, rate=frame.sample_rate)
+                rate = frame.sample_rate
+            for planar in to_float.resample(frame):
+                chunks.append(planar.to_ndarray().T)  # [n, channels]
+                total += chunks[-1].shape[0]
+            if total > max_seconds * rate:
+                raise _too_long(field, total / rate, max_seconds)
+    except av.error.FFmpegError as e:
+        raise InvalidArgument(field, f"the audio stream is corrupt: {e}") from None
+    if not chunks:
+        raise InvalidArgument(field, "audio is empty (no samples decoded); send a non-empty audio file")
+    return np.concatenate(chunks).astype(np.float32, copy=False), rate
+
+
+def lowpass_filter(up: int, down: int) -> np.ndarray:
+    """Kaiser-windowed (beta 5) sinc, cutoff at the lower Nyquist, 10 zero crossings each side, gain `up`."""
+    max_rate = max(up, down)
+    half = 10 * max_rate
+    n = np.arange(2 * half + 1) - half
+    cutoff = 1.0 / max_rate  # relative to the upsampled Nyquist
+    taps = cutoff * np.sinc(cutoff * n) * np.kaiser(2 * half + 1, 5.0)
+    return taps * (up / taps.sum())  # unity DC gain after zero-stuffing by `up`
+
+
+def resample(x: np.ndarray, rate_in: int, rate_out: int, block: int = 1 << 16) -> np.ndarray:
+    """Band-limited polyphase resampling of 1-D `x` (computed in x's dtype); output m sits at input time m*rate_in/rate_out.
+
+    Output length ceil(len * rate_out / rate_in); same filter and alignment as scipy.signal.resample_poly's default.
+    """
+    g = math.gcd(rate_in, rate_out)
+    up, down = rate_out // g, rate_in // g
+    if up == down:
+        return x.copy()
+    h = lowpass_filter(up, down).astype(x.dtype)
+    half = (h.shape[0] - 1) // 2
+    taps_per_phase = -(-h.shape[0] // up)
+    # bank[s, j] = h[s + j*up]: output m uses phase s = (m*down + half) % up against x[n_hi - j], n_hi = (m*down + half) // up
+    bank = np.zeros(taps_per_phase * up, dtype=x.dtype)
+    bank[:h.shape[0]] = h
+    bank = bank.reshape(taps_per_phase, up).T[:, ::-1]  # reversed so it meets an ascending window of x
+    n_out = -(-x.shape[0] * up // down)
+    last_hi = ((n_out - 1) * down + half) // up
+    xp = np.concatenate([np.zeros(taps_per_phase, x.dtype), x, np.zeros(max(0, last_hi + 2 - x.shape[0]), x.dtype)])
+    windows = np.lib.stride_tricks.sliding_window_view(xp, taps_per_phase)  # windows[w] = xp[w : w + J]
+    y = np.empty(n_out, dtype=x.dtype)
+    for m0 in range(min(up, n_out)):
+        phase, hi0 = (m0 * down + half) % up, (m0 * down + half) // up
+        count = len(range(m0, n_out, up))
+        for k0 in range(0, count, block):  # bounded temporaries for long clips
+            k1 = min(count, k0 + block)
+            # x[n_hi - J + 1 .. n_hi] sits at xp[n_hi + 1 .. n_hi + J], i.e. windows[n_hi + 1]
+            rows = windows[hi0 + 1 + k0 * down: hi0 + 1 + (k1 - 1) * down + 1: down]
+            y[m0 + k0 * up: m0 + (k1 - 1) * up + 1: up] = rows @ bank[phase]
+    return y

@@ -1,0 +1,92 @@
+"""The gateway's domain: one chat request through the stages, as one ordered stream of events."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from omnimesh.v1 import common_pb2
+from runtime.errors import InvalidArgument, Unimplemented
+from runtime.metrics import Metrics
+from gateway.chat_input import ChatInput
+from gateway.clients.thinker import TextChunk, ThinkerClient, ThinkerDone, ThinkerPrompt
+from gateway.prompt import PromptBuilder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TextEvent:
+    text: str
+    token_ids: list[int]
+    logprobs: list[common_pb2.TokenLogprob]
+
+
+@dataclass
+class UsageEvent:
+    usage: common_pb2.Usage
+
+
+@dataclass
+class DoneEvent:
+    finish_reason: int  # common_pb2.FinishReason
+
+
+ChatEventOut = TextEvent | UsageEvent | DoneEvent
+
+
+class OmniService:
+    """Routes a request: builds the prompt, calls the thinker, and orders what comes back."""
+
+    def __init__(self, prompts: PromptBuilder, thinker: ThinkerClient, metrics: Metrics, stage_timeout_s: float,
+                 served_inputs: frozenset[str], serves_audio_out: bool) -> None:
+        self.prompts = prompts
+        self.thinker = thinker
+        self.metrics = metrics
+        self.stage_timeout_s = stage_timeout_s
+        self._max_model_len: int | None = None  # from the thinker's Info, fetched on first use
+        self.served_inputs = served_inputs
+        self.serves_audio_out = serves_audio_out
+
+    def check_served(self, chat: ChatInput) -> None:
+        for media in chat.media:
+            if media.kind not in self.served_inputs:
+                raise Unimplemented(f"{media.field}: {media.kind} input is not served by this deployment "
+                                    f"(it serves {', '.join(sorted(self.served_inputs)) or 'text only'})")
+        if chat.want_audio and not self.serves_audio_out:
+            raise Unimplemented("output_modalities: audio output is not served by this deployment (no talker stage)")
+
+    async def max_model_len(self) -> int:
+        if self._max_model_len is None:
+            info = await self.thinker.info(self.stage_timeout_s)
+            self._max_model_len = int(info.limits["max_model_len"])
+        return self._max_model_len
+
+    async def chat(self, chat: ChatInput, timeout: float | None) -> AsyncIterator[ChatEventOut]:
+        self.check_served(chat)
+        prompt = self.prompts.build(chat, media_token_counts=[])
+        context_len = await self.max_model_len()
+        if len(prompt.ids) >= context_len:
+            raise InvalidArgument("messages", f"the prompt is {len(prompt.ids)} tokens; the model's context is "
+                                  f"{context_len} tokens and must leave room for at least one new token")
+        t0 = time.monotonic()
+        last = None
+        m = self.metrics
+        async for out in self.thinker.generate(ThinkerPrompt(chat.request_id, prompt.ids), chat.sampling,
+                                               want_conditioning=False, timeout=timeout):
+            if isinstance(out, TextChunk):
+                now = time.monotonic()
+                if last is None:
+                    m.get("omnimesh_time_to_first_token_seconds").observe(now - t0)
+                elif out.token_ids:
+                    gap = (now - last) / len(out.token_ids)
+                    for _ in out.token_ids:
+                        m.get("omnimesh_inter_token_latency_seconds").observe(gap)
+                last = now
+                yield TextEvent(out.text, out.token_ids, out.logprobs)
+            elif isinstance(out, ThinkerDone):
+                m.get("omnimesh_prompt_tokens_total").inc(out.usage.prompt_tokens)
+                m.get("omnimesh_generation_tokens_total").inc(out.usage.completion_tokens)
+                yield UsageEvent(out.usage)
+                yield DoneEvent(out.finish_reason)

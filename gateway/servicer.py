@@ -1,0 +1,65 @@
+"""gRPC edge of the gateway: the public Omni service."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+
+from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
+from runtime.config import GatewayConfig
+from runtime.errors import OmniError
+from runtime.logs import request_id_var
+from gateway.auth import check_api_key
+from gateway.chat_input import chat_input_from_pb
+from gateway.service import DoneEvent, OmniService, TextEvent, UsageEvent
+
+
+class OmniServicer(omni_pb2_grpc.OmniServicer):
+    def __init__(self, service: OmniService, cfg: GatewayConfig, info: omni_pb2.OmniInfo) -> None:
+        self._service = service
+        self._cfg = cfg
+        self._info = info
+
+    async def Chat(self, request: omni_pb2.ChatRequest,
+                   context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.ChatEvent]:
+        m = self._service.metrics
+        t0 = time.monotonic()
+        code = "OK"
+        m.get("omnimesh_requests_in_flight").inc()
+        try:
+            check_api_key(context.invocation_metadata() or (), self._cfg.api_keys)
+            chat = chat_input_from_pb(request, self._cfg.sampling)
+            request_id_var.set(chat.request_id)
+            seq = 0
+            async for ev in self._service.chat(chat, timeout=context.time_remaining()):
+                yield _to_pb(seq, ev)
+                seq += 1
+        except OmniError as err:
+            code = err.grpc_code_name
+            raise
+        except asyncio.CancelledError:
+            code = "DEADLINE_EXCEEDED" if (context.time_remaining() or 1) <= 0 else "CANCELLED"
+            raise
+        finally:
+            m.get("omnimesh_requests_in_flight").dec()
+            outcome = "ok" if code == "OK" else "client_error" if code in _CLIENT_CODES else "error"
+            m.get("omnimesh_requests_total", outcome=outcome, code=code).inc()
+            m.get("omnimesh_e2e_request_latency_seconds").observe(time.monotonic() - t0)
+
+    async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> omni_pb2.OmniInfo:
+        check_api_key(context.invocation_metadata() or (), self._cfg.api_keys)
+        return self._info
+
+
+_CLIENT_CODES = {"INVALID_ARGUMENT", "UNAUTHENTICATED", "UNIMPLEMENTED", "CANCELLED", "DEADLINE_EXCEEDED"}
+
+
+def _to_pb(seq: int, ev: TextEvent | UsageEvent | DoneEvent) -> omni_pb2.ChatEvent:
+    if isinstance(ev, TextEvent):
+        return omni_pb2.ChatEvent(sequence=seq, text=omni_pb2.TextDelta(text=ev.text, token_ids=ev.token_ids,
+                                                                        logprobs=ev.logprobs))
+    if isinstance(ev, UsageEvent):
+        return omni_pb2.ChatEvent(sequence=seq, usage=ev.usage)
+    return omni_pb2.ChatEvent(sequence=seq, done=omni_pb2.Done(finish_reason=ev.finish_reason))

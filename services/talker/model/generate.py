@@ -1,0 +1,214 @@
+"""The plain batched talker loop: prefill, then per step code predictor -> frame -> next talker input -> next code."""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+
+from services.talker.model.load import TalkerModel
+from services.talker.model.prompt import SpeechPrompt, build_prefill
+from services.talker.model.sampling import GREEDY, TalkerSampling, draw, penalize, top2_margin, warp
+from services.talker.model.state import TalkerState
+
+__all__ = ["SpeechResult", "TalkerRunner", "TalkerState", "lockstep_generate"]
+
+
+class TalkerRunner:
+    """Runs TalkerStates one frame at a time, batched across rows; the engine drives it for continuous batching.
+
+    `start` prefills one request; `step(states)` advances every given ready row by one frame and returns
+    the frames `(B, G)`. Rows finish on the codec EOS or at `max_frames`; their cache slot is freed then.
+    """
+
+    def __init__(self, model: TalkerModel, max_rows: int, max_len: int, record_margins: bool = False) -> None:
+        self.model = model
+        self.kv = model.lm.new_kv(max_rows, max_len)
+        self.record_margins = record_margins
+        cfg, vocab = model.cfg, model.cfg.lm.vocab_size
+        # only the codebook and EOS are sampleable: the top 1024 ids are control codes
+        self.suppress = torch.zeros(vocab, dtype=torch.bool, device=model.device)
+        self.suppress[vocab - 1024 :] = True
+        self.suppress[cfg.tokens.codec_eos] = False
+
+    @torch.no_grad()
+    def start(
+        self,
+        prompt: SpeechPrompt,
+        first_token: int | None,
+        sampling: TalkerSampling = GREEDY,
+        max_frames: int = 4095,
+        request_id: str = "",
+        thinker_eos: frozenset[int] | None = None,
+    ) -> TalkerState:
+        """Prefill one request from its prompt and the thinker's first token (None: the thinker wrote nothing)."""
+        model, tok = self.model, self.model.cfg.tokens
+        generator = None
+        if sampling.do_sample:
+            generator = torch.Generator(device=model.device)
+            generator.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
+        state = TalkerState(
+            request_id, sampling, max_frames, thinker_eos or frozenset({model.cfg.thinker_eos}), tok.tts_eos,
+            tok.tts_pad, generator,
+        )  # fmt: skip
+        first = tok.tts_eos if first_token is None or first_token in state.thinker_eos else first_token
+        if first == tok.tts_eos:
+            state.text_done = True  # the prefill carries the end marker itself; then only pads follow
+        prefill = build_prefill(model, prompt, first)
+        state.text.extend(prefill.pending_text)
+        state.slot = self.kv.allocate()
+        state.seen = torch.zeros(model.cfg.lm.vocab_size, dtype=torch.bool, device=model.device)
+        length = prefill.embeds.shape[0]
+        slots = torch.tensor([state.slot], device=model.device)
+        hidden = model.lm(prefill.embeds[None], prefill.positions[:, None], self.kv, slots, slots * 0)[:, -1]
+        state.cache_len, state.next_position = length, prefill.next_position
+        self._advance([state], hidden, self._noise([state])[0])
+        return state
+
+    @torch.no_grad()
+    def step(self, states: Sequence[TalkerState]) -> torch.Tensor:
+        """One frame for each ready row: `(B, G)` codes (codebook 0 first)."""
+        if not all(s.is_ready for s in states):
+            raise RuntimeError("step() got a finished row or one still waiting for thinker text")
+        model, dev = self.model, self.model.device
+        talker_noise, predictor_noise = self._noise(states)
+        code0 = torch.tensor([s.code0 for s in states], device=dev)
+        past = torch.stack([s.last_hidden for s in states])  # (B, hidden)
+        margins: list[torch.Tensor] = []
+
+        def pick(group: int, logits: torch.Tensor) -> torch.Tensor:
+            return self._pick_residual(states, group, logits.float(), predictor_noise, margins)
+
+        residuals = model.predictor.predict(past, model.lm.codec_embedding(code0), pick)
+        frames = torch.cat((code0[:, None], residuals.codes), dim=1)
+        go = []
+        for i, s in enumerate(states):
+            s.num_frames += 1
+            if self.record_margins:
+                s.margins.append(torch.cat([torch.tensor([s.code0_margin])] + [m[i : i + 1].cpu() for m in margins]))
+            if s.num_frames >= s.max_frames:
+                self._finish(s)
+            else:
+                go.append(i)
+        if go:
+            rows = [states[i] for i in go]
+            text = model.text_embeds(torch.tensor([s.next_text() for s in rows], device=dev))
+            x = (residuals.embed_sum[go] + text)[:, None]  # (b, 1, hidden)
+            positions = torch.tensor([s.next_position for s in rows], device=dev).expand(3, -1)[:, :, None]
+            slots = torch.tensor([s.slot for s in rows], device=dev)
+            start = torch.tensor([s.cache_len for s in rows], device=dev)
+            hidden = model.lm(x, positions, self.kv, slots, start)[:, -1]
+            for s in rows:
+                s.cache_len, s.next_position = s.cache_len + 1, s.next_position + 1
+            self._advance(rows, hidden, talker_noise[go])
+        return frames
+
+    def release(self, state: TalkerState) -> None:
+        """Free a row's cache slot early (client cancel); finished rows are freed already."""
+        self._finish(state)
+
+    def _finish(self, state: TalkerState) -> None:
+        state.finished = True
+        if state.slot >= 0:
+            self.kv.release(state.slot)
+            state.slot = -1
+
+    def _noise(self, states: Sequence[TalkerState]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's uniforms for this step from its own generator: talker `(B, V)`, predictor `(B, G-1, V')`."""
+        cfg, dev = self.model.cfg, self.model.device
+        v_talker, groups, v_pred = cfg.lm.vocab_size, cfg.num_code_groups - 1, cfg.code_predictor.vocab_size
+        rows = []
+        for s in states:
+            if s.generator is None:
+                rows.append(torch.zeros(v_talker + groups * v_pred, device=dev))
+            else:
+                rows.append(torch.rand(v_talker + groups * v_pred, generator=s.generator, device=dev))
+        noise = torch.stack(rows)
+        return noise[:, :v_talker], noise[:, v_talker:].view(len(states), groups, v_pred)
+
+    def _advance(self, states: Sequence[TalkerState], hidden: torch.Tensor, noise: torch.Tensor) -> None:
+        """Choose each row's next codebook-0 code from the talker's hidden `(B, hidden)`; EOS finishes a row."""
+        dev = hidden.device
+        logits = self.model.lm.codec_head(hidden).float()
+        penalty = torch.tensor([s.sampling.repetition_penalty for s in states], device=dev)
+        logits = penalize(logits, torch.stack([s.seen for s in states]), penalty)
+        logits = logits.masked_fill(self.suppress, float("-inf"))
+        codes = self._pick(
+            logits, states, noise, [(s.sampling.temperature, s.sampling.top_k, s.sampling.top_p) for s in states]
+        )
+        gaps = top2_margin(logits).tolist() if self.record_margins else [float("inf")] * len(states)
+        for s, h, code, gap in zip(states, hidden, codes.tolist(), gaps):
+            s.code0, s.code0_margin, s.last_hidden = code, gap, h
+            s.seen[code] = True
+            if code == self.model.cfg.tokens.codec_eos:
+                self._finish(s)
+
+    def _pick_residual(
+        self, states: Sequence[TalkerState], group: int, logits: torch.Tensor, noise: torch.Tensor,
+        margins: list[torch.Tensor],
+    ) -> torch.Tensor:  # fmt: skip
+        if self.record_margins:
+            margins.append(top2_margin(logits))
+        knobs = [(s.sampling.predictor_temperature, s.sampling.predictor_top_k, s.sampling.predictor_top_p) for s in states]
+        return self._pick(logits, states, noise[:, group - 1], knobs)
+
+    @staticmethod
+    def _pick(
+        logits: torch.Tensor, states: Sequence[TalkerState], noise: torch.Tensor, knobs: list[tuple[float, int, float]]
+    ) -> torch.Tensor:
+        """argmax for greedy rows; temperature/top-k/top-p then a seeded draw for sampling rows."""
+        greedy = logits.argmax(dim=-1)
+        sample = [s.sampling.do_sample for s in states]
+        if not any(sample):
+            return greedy
+        dev = logits.device
+        temperature, top_k, top_p = (torch.tensor(col, device=dev) for col in zip(*knobs))
+        drawn = draw(warp(logits, temperature.float(), top_k.long(), top_p.float()), noise)
+        return torch.where(torch.tensor(sample, device=dev), drawn, greedy)
+
+
+@dataclass(frozen=True)
+class SpeechResult:
+    codes: torch.Tensor  # (G, T) frames, codebook 0 first
+    margins: torch.Tensor | None  # (T, G) top-2 logit gaps of every choice, when recorded
+
+
+@torch.no_grad()
+def lockstep_generate(
+    model: TalkerModel,
+    prompts: Sequence[SpeechPrompt],
+    text_streams: Sequence[Iterable[int]],
+    samplings: Sequence[TalkerSampling] | None = None,
+    max_frames: int = 4095,
+    record_margins: bool = False,
+) -> list[SpeechResult]:
+    """Speak several requests together, pulling each row's thinker tokens only as its talker needs them.
+
+    `text_streams[i]` yields request i's generated thinker ids (an end-of-turn id or exhaustion ends it), the
+    way the thinker streams them; the talker starts on the first one, so speech lags text by two tokens.
+    """
+    samplings = samplings or [GREEDY] * len(prompts)
+    capacity = max(len(p.prompt_ids) for p in prompts) + 9 + max_frames + 1
+    runner = TalkerRunner(model, len(prompts), capacity, record_margins)
+    streams = [iter(s) for s in text_streams]
+    states = [
+        runner.start(p, next(it, None), smp, max_frames, str(i)) for i, (p, it, smp) in enumerate(zip(prompts, streams, samplings))
+    ]
+    frames: list[list[torch.Tensor]] = [[] for _ in states]
+    while active := [i for i, s in enumerate(states) if not s.finished]:
+        for i in active:
+            while not states[i].text_done and not states[i].text:
+                token = next(streams[i], None)
+                states[i].finish_text() if token is None else states[i].push_text(token)
+        out = runner.step([states[i] for i in active])
+        for i, row in zip(active, out):
+            frames[i].append(row)
+    g = model.cfg.num_code_groups
+    return [
+        SpeechResult(
+            torch.stack(f, dim=1) if f else torch.zeros(g, 0, dtype=torch.long),
+            torch.stack(s.margins) if record_margins and s.margins else None,
+        )
+        for f, s in zip(frames, states)
+    ]

@@ -1,0 +1,75 @@
+"""Talker and code-predictor token choice: repetition penalty, suppression, temperature, top-k, top-p, seeded draws."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class TalkerSampling:
+    """Per-request sampling; the defaults are the model's (`Qwen3OmniMoeForConditionalGeneration.generate`)."""
+
+    do_sample: bool = True
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05  # on the codes (codebook 0) this request generated
+    predictor_temperature: float = 1.0
+    predictor_top_k: int = 50
+    predictor_top_p: float = 0.8
+    seed: int | None = None  # None: the request gets its own fresh seed, never a shared stream
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "predictor_temperature", "repetition_penalty"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TalkerSampling.{name}={getattr(self, name)}: must be > 0")
+        for name in ("top_p", "predictor_top_p"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"TalkerSampling.{name}={getattr(self, name)}: must be in (0, 1]")
+        for name in ("top_k", "predictor_top_k"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TalkerSampling.{name}={getattr(self, name)}: must be >= 0 (0 disables it)")
+
+
+GREEDY = TalkerSampling(do_sample=False)
+
+
+def penalize(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """Repetition penalty on ids already generated: positive scores / p, negative * p; seen `(B, V)` bool."""
+    p = penalty[:, None]
+    return torch.where(seen, torch.where(logits < 0, logits * p, logits / p), logits)
+
+
+def warp(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Temperature, then top-k (ties with the k-th kept), then top-p (smallest set whose mass exceeds p), per row.
+
+    Rows with top_k 0 skip top-k; rows with top_p 1 keep every token with probability > 0.
+    """
+    logits = logits / temperature[:, None]
+    vocab = logits.shape[-1]
+    k = top_k.clamp(max=vocab).where(top_k > 0, torch.full_like(top_k, vocab))
+    kth = logits.sort(dim=-1, descending=True).values.gather(-1, (k - 1)[:, None])
+    logits = logits.masked_fill(logits < kth, float("-inf"))
+    ascending, order = logits.sort(dim=-1)
+    cum = ascending.softmax(dim=-1).cumsum(dim=-1)
+    drop = cum <= (1 - top_p)[:, None]
+    drop[:, -1] = False  # always keep the most likely token
+    drop = drop.scatter(-1, order, drop)
+    return logits.masked_fill(drop & (top_p < 1)[:, None], float("-inf"))
+
+
+def draw(logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """An exact draw from softmax(logits) per row by the exponential race: argmax p_i / E_i, E_i ~ Exp(1).
+
+    `noise` `(B, V)` holds each row's own uniforms from its own generator, so a row's draw never depends
+    on which other rows share the batch.
+    """
+    probs = logits.float().softmax(dim=-1)
+    return (probs / -torch.log(noise.clamp_min(1e-20))).argmax(dim=-1)
+
+
+def top2_margin(logits: torch.Tensor) -> torch.Tensor:
+    """Gap between the best and second-best score per row: small gaps mark near-ties in greedy parity."""
+    top = logits.topk(2, dim=-1).values
+    return top[:, 0] - top[:, 1]
