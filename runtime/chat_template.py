@@ -106,7 +106,9 @@ def load_chat_template(ckpt_dir: Path) -> str:
                 template = {t["name"]: t["template"] for t in template}.get("default")
             if template:
                 return template
-    raise FileNotFoundError(f"no chat template in {ckpt_dir} (chat_template.jinja, tokenizer_config.json, chat_template.json)")
+    raise FileNotFoundError(
+        f"no chat template in {ckpt_dir} (looked in chat_template.jinja, tokenizer_config.json, chat_template.json)"
+    )
 
 
 def render_chat(
@@ -140,8 +142,11 @@ def build_prompt_ids(
     found = [pad_kind[t] for t in rendered if t in pad_kind]
     if found != kinds:
         # Only reachable when message text itself spells a pad token: the prompt would misplace media.
-        raise InvalidArgument("messages", f"media placeholders in the prompt {found} do not match the media parts {kinds}; "
-                              f"text must not contain {sorted(PAD_TOKENS.values())}")
+        raise InvalidArgument(
+            "messages",
+            f"media placeholders in the prompt {found} do not match the media parts {kinds}; "
+            f"text must not contain {sorted(PAD_TOKENS.values())}",
+        )
     ids: list[int] = []
     spans: list[MediaSpan] = []
     for token in rendered:

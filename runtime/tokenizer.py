@@ -1,4 +1,4 @@
-"""The checkpoint's tokenizer (`tokenizer.json` through the `tokenizers` library), streaming detokenizer, stop strings."""
+"""The checkpoint's tokenizer (`tokenizer.json` via the `tokenizers` library), streaming detokenizer, stop strings."""
 from __future__ import annotations
 
 import codecs
@@ -83,10 +83,14 @@ class Tokenizer:
         return token_id
 
     def token_bytes(self, token_id: int) -> bytes:
-        """The exact bytes one id stands for (a regular token may be part of a multi-byte character)."""
+        """The exact bytes one id stands for (a regular token may be part of a multi-byte character).
+
+        Ids past the tokenizer's vocabulary (the model's embedding rows are padded to 152,064) stand for nothing:
+        a model can still sample them, and the stream must not break when it does.
+        """
         if self._token_bytes is None:
             self._token_bytes = self._build_token_bytes()
-        return self._token_bytes[token_id]
+        return self._token_bytes[token_id] if 0 <= token_id < len(self._token_bytes) else b""
 
     def _build_token_bytes(self) -> list[bytes]:
         alphabet = _byte_level_alphabet()

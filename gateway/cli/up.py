@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import tempfile
 from dataclasses import replace
@@ -13,6 +14,8 @@ from runtime.model_path import resolve_model
 from gateway.cli.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
+
+MESH_PREFIX = "OMNIMESH_MESH "  # one machine-readable line with every process's ports, for scripts and tests
 
 # Stage processes `up` knows how to start, in start order (the gateway comes last).
 STAGE_MODULES = {"thinker": "services.thinker"}
@@ -59,4 +62,6 @@ def run(args: argparse.Namespace) -> int:
     for child in sup.children:
         print(f"  {child.name:8s} grpc 127.0.0.1:{child.grpc_port}  metrics :{child.metrics_port}/metrics", flush=True)
     print("try: .venv/bin/omnimesh chat \"Hello\"   (Ctrl-C stops every stage)", flush=True)
+    print(MESH_PREFIX + json.dumps({c.name: {"grpc_port": c.grpc_port, "metrics_port": c.metrics_port,
+                                             "pid": c.process.pid} for c in sup.children}), flush=True)
     return sup.wait()

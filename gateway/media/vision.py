@@ -187,7 +187,7 @@ def decode_image(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedImag
         raise InvalidArgument(field, f"is a damaged {im.format} file that cannot be decoded") from None
     size = target_size(field, im.height, im.width, cfg, video=False)
     im = im.resize((size.width, size.height), Image.Resampling.BICUBIC)
-    frames = np.asarray(im, dtype=np.uint8)[None]  # [1, H, W, 3]
+    frames = np.array(im, dtype=np.uint8)[None]  # [1, H, W, 3], writable so torch.from_numpy takes it as is
     grid = MediaGrid(1, size.height // cfg.patch_size, size.width // cfg.patch_size)
     return DecodedImage(frames, grid, size.height * size.width // cfg.factor**2, content_hash(data, "image", size))
 

@@ -1,4 +1,4 @@
-"""Per-step attention metadata for a packed batch over a paged KV cache, built once per step and shared by all layers."""
+"""Per-step attention metadata for a packed batch over a paged KV cache, built once per step for all layers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,7 +54,8 @@ def build_attention_context(
             raise ValueError(f"sequence {i}: need 0 < q_len ({q_len}) <= kv_len ({kv_len})")
         if len(table) * block_size < kv_len:
             raise ValueError(
-                f"sequence {i}: block table of {len(table)} blocks x {block_size} holds fewer than kv_len {kv_len} tokens"
+                f"sequence {i}: block table of {len(table)} blocks x {block_size} "
+                f"holds fewer than kv_len {kv_len} tokens"
             )
         for pos in range(kv_len - q_len, kv_len):
             slots.append(table[pos // block_size] * block_size + pos % block_size)

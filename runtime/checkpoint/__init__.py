@@ -1,1 +1,1 @@
-"""Builds the tiny random demo checkpoint (real layout, ids and tokenizer) that the tests and `omnimesh demo-checkpoint` use."""
+"""The demo checkpoint: a tiny random Qwen3-Omni with the real layout, ids and tokenizer, for tests and laptops."""

@@ -1,4 +1,4 @@
-"""`python -m runtime.checkpoint OUT_DIR [--seed N]`: writes the demo checkpoint (what `omnimesh demo-checkpoint` wraps)."""
+"""`python -m runtime.checkpoint OUT_DIR [--seed N]`: writes the demo checkpoint from the command line."""
 from __future__ import annotations
 
 import argparse

@@ -15,7 +15,8 @@ from runtime.checkpoint.token_ids import NUM_REGULAR_TOKENS, SPECIAL_TOKENS
 
 # Qwen2's pre-tokenizer: like GPT-4's but digits split one by one (`\p{N}`, not `\p{N}{1,3}`).
 QWEN2_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 # Bump when the conversion below changes, so stale cache entries are not reused.
 CONVERTER_VERSION = "1"
@@ -42,7 +43,7 @@ def byte_to_unicode() -> dict[int, str]:
 
     Printable Latin-1 bytes map to themselves; the other 68 bytes take code points 256.. in byte order.
     """
-    printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), ord("ÿ") + 1))
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
     mapping: dict[int, str] = {}
     extra = 0
     for b in range(256):

@@ -14,7 +14,7 @@ from runtime.engine.async_engine import AsyncEngine
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.engine import Engine
 from runtime.engine.scheduler import Scheduler, SchedulerLimits
-from runtime.engine.step_metrics import step_recorder
+from runtime.engine.step_metrics import bind_engine_metrics
 from runtime.server import StageServer
 from runtime.tokenizer import Tokenizer
 from services.thinker.model import ThinkerLM
@@ -40,7 +40,7 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len),
                           BlockManager(num_blocks, eng.block_size))
     tokenizer = Tokenizer.from_dir(model_dir)
-    engine = AsyncEngine(Engine(scheduler, runner), on_step=step_recorder(server.metrics))
+    engine = AsyncEngine(Engine(scheduler, runner), on_step=bind_engine_metrics(server.metrics, scheduler))
     service = ThinkerService(engine, tokenizer, server.metrics, max_model_len, eng.token_flush_ms / 1000)
     log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s", num_blocks,
              eng.block_size, num_blocks * per_block / 2**20, max_model_len, device, stage.dtype)

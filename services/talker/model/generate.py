@@ -86,7 +86,7 @@ class TalkerRunner:
         for i, s in enumerate(states):
             s.num_frames += 1
             if self.record_margins:
-                s.margins.append(torch.cat([torch.tensor([s.code0_margin])] + [m[i : i + 1].cpu() for m in margins]))
+                s.margins.extend(float(m[i]) for m in margins)
             if s.num_frames >= s.max_frames:
                 self._finish(s)
             else:
@@ -137,9 +137,11 @@ class TalkerRunner:
         codes = self._pick(
             logits, states, noise, [(s.sampling.temperature, s.sampling.top_k, s.sampling.top_p) for s in states]
         )
-        gaps = top2_margin(logits).tolist() if self.record_margins else [float("inf")] * len(states)
-        for s, h, code, gap in zip(states, hidden, codes.tolist(), gaps):
-            s.code0, s.code0_margin, s.last_hidden = code, gap, h
+        if self.record_margins:
+            for s, gap in zip(states, top2_margin(logits).tolist()):
+                s.margins.append(gap)
+        for s, h, code in zip(states, hidden, codes.tolist()):
+            s.code0, s.last_hidden = code, h
             s.seen[code] = True
             if code == self.model.cfg.tokens.codec_eos:
                 self._finish(s)
@@ -171,7 +173,7 @@ class TalkerRunner:
 @dataclass(frozen=True)
 class SpeechResult:
     codes: torch.Tensor  # (G, T) frames, codebook 0 first
-    margins: torch.Tensor | None  # (T, G) top-2 logit gaps of every choice, when recorded
+    margins: torch.Tensor | None  # top-2 logit gap of every choice (frame-major, codebook 0 first), when recorded
 
 
 @torch.no_grad()
@@ -182,6 +184,7 @@ def lockstep_generate(
     samplings: Sequence[TalkerSampling] | None = None,
     max_frames: int = 4095,
     record_margins: bool = False,
+    thinker_eos: frozenset[int] | None = None,
 ) -> list[SpeechResult]:
     """Speak several requests together, pulling each row's thinker tokens only as its talker needs them.
 
@@ -193,7 +196,8 @@ def lockstep_generate(
     runner = TalkerRunner(model, len(prompts), capacity, record_margins)
     streams = [iter(s) for s in text_streams]
     states = [
-        runner.start(p, next(it, None), smp, max_frames, str(i)) for i, (p, it, smp) in enumerate(zip(prompts, streams, samplings))
+        runner.start(p, next(it, None), smp, max_frames, str(i), thinker_eos)
+        for i, (p, it, smp) in enumerate(zip(prompts, streams, samplings))
     ]
     frames: list[list[torch.Tensor]] = [[] for _ in states]
     while active := [i for i, s in enumerate(states) if not s.finished]:
@@ -208,7 +212,7 @@ def lockstep_generate(
     return [
         SpeechResult(
             torch.stack(f, dim=1) if f else torch.zeros(g, 0, dtype=torch.long),
-            torch.stack(s.margins) if record_margins and s.margins else None,
+            torch.tensor(s.margins) if record_margins else None,
         )
         for f, s in zip(frames, states)
     ]

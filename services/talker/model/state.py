@@ -29,14 +29,13 @@ class TalkerState:
     cache_len: int = 0
     next_position: float = 0.0
     code0: int = -1  # codebook-0 code of the next frame, sampled by the last talker forward
-    code0_margin: float = float("inf")
     last_hidden: torch.Tensor | None = None  # (hidden,) final-normed talker state that produced `code0`
     seen: torch.Tensor | None = None  # (talker vocab,) bool: codes generated so far (repetition penalty)
     text: deque[int] = field(default_factory=deque)
     text_done: bool = False
     num_frames: int = 0
     finished: bool = False
-    margins: list[torch.Tensor] = field(default_factory=list)  # per frame (G,) top-2 gaps, when recorded
+    margins: list[float] = field(default_factory=list)  # top-2 logit gap of every choice in order, when recorded
 
     def push_text(self, token_id: int) -> None:
         """One new thinker token; an end-of-turn id becomes `tts_eos` and closes the text."""

@@ -43,7 +43,8 @@ def fuse_experts(tensors: dict[str, torch.Tensor], cfg: ThinkerConfig) -> dict[s
     for layer, parts in sorted(per_layer.items()):
         missing = [(e, p) for e in range(cfg.num_experts) for p in ("gate", "up", "down") if (e, p) not in parts]
         if missing:
-            raise KeyError(f"layer {layer}: checkpoint lacks expert tensors {missing[:4]}{'...' if len(missing) > 4 else ''}")
+            more = "..." if len(missing) > 4 else ""
+            raise KeyError(f"layer {layer}: checkpoint lacks expert tensors {missing[:4]}{more}")
         out[f"layers.{layer}.mlp.gate_up_proj"] = torch.stack(
             [torch.cat((parts.pop((e, "gate")), parts.pop((e, "up"))), dim=0) for e in range(cfg.num_experts)]
         )  # [E, 2I, H]

@@ -20,7 +20,7 @@ from services.thinker.model.rope import MRoPE
 class DeepstackInput:
     """Vision deepstack features: `features[i]` ([M, H]) is added to rows `row_index` ([M]) after decoder layer i."""
 
-    row_index: torch.Tensor  # int64 [M], rows of x holding image/video tokens, in sequence order
+    row_index: torch.Tensor  # int64 [M], rows of x holding image/video tokens (any order, distinct)
     features: list[torch.Tensor]  # each [M, H], aligned with row_index
 
 

@@ -7,9 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from thinker_reference import NEW_TOKENS, ReferenceRun, chat_prompt
-
 from services.thinker.model import ThinkerLM
+from tests.parity.thinker.thinker_reference import NEW_TOKENS, ReferenceRun, chat_prompt
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,4 @@
-"""Multimodal parity: transformers' own encoder outputs (incl. deepstack) fed to our Thinker give its logits,
-its layer-`accept_hidden_layer` hidden states, and its decode logits after the prompt (positions kv_len + rope_delta)."""
+"""Multimodal parity: the reference's encoder and deepstack outputs fed to our Thinker give the reference's outputs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,11 +6,11 @@ from typing import Any
 
 import pytest
 import torch
-from thinker_layouts import Layout, head, tail
-from thinker_paged_runner import Feed, PagedRunner
 
 from runtime.checkpoint import token_ids as ids
 from services.thinker.model import DeepstackInput, ThinkerLM, decode_positions, prompt_positions
+from tests.parity.thinker.thinker_layouts import Layout, head, tail
+from tests.parity.thinker.thinker_paged_runner import Feed, PagedRunner
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 PATCH_DIM = 3 * 2 * 16 * 16  # channels x temporal patch x patch x patch

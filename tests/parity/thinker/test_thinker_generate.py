@@ -1,10 +1,9 @@
 """Greedy generation with our Thinker (three prompts batched through the paged cache) equals transformers' generate."""
 from __future__ import annotations
 
-from thinker_paged_runner import PagedRunner
-from thinker_reference import NEW_TOKENS, ReferenceRun
-
 from services.thinker.model import ThinkerLM
+from tests.parity.thinker.thinker_paged_runner import PagedRunner
+from tests.parity.thinker.thinker_reference import NEW_TOKENS, ReferenceRun
 
 NEAR_TIE = 1e-4
 

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import torch
-from thinker_reference import ReferenceRun
-from thinker_paged_runner import PagedRunner
 
 from services.thinker.model import ThinkerLM
+from tests.parity.thinker.thinker_paged_runner import PagedRunner
+from tests.parity.thinker.thinker_reference import ReferenceRun
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 DECODE_STEPS = 5

@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 import torch
-from thinker_layouts import Layout, head, tail
 
 from services.thinker.model import ThinkerLM, prompt_positions
+from tests.parity.thinker.thinker_layouts import Layout, head, tail
 
 
 def layouts() -> dict[str, Layout]:

@@ -50,7 +50,8 @@ class Layout:
         """Video and audio pads ordered by time, video first on ties (the processor's order), stated independently."""
         count = audio_token_count(mel_frames)
         per_frame = vision_tokens(grid) // grid[0]
-        stamped = [(k * second_per_grid * ids.POSITION_ID_PER_SECONDS, 0) for k in range(grid[0]) for _ in range(per_frame)]
+        step = second_per_grid * ids.POSITION_ID_PER_SECONDS
+        stamped = [(k * step, 0) for k in range(grid[0]) for _ in range(per_frame)]
         stamped += [(float(j), 1) for j in range(count)]
         body = [ids.VIDEO_PAD if is_audio == 0 else ids.AUDIO_PAD for _, is_audio in sorted(stamped)]
         self.token_ids += [ids.VISION_START, ids.AUDIO_START] + body + [ids.AUDIO_END, ids.VISION_END]

@@ -34,9 +34,10 @@ class PagedRunner:
     def __init__(self, model: ThinkerLM, num_blocks: int = 128, block_size: int = 4, seed: int = 0) -> None:
         cfg = model.cfg
         self.model = model
+        self.device = model.lm_head.weight.device
         self.block_size = block_size
         self.kv_caches = allocate_kv_cache(
-            cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim, torch.float32, "cpu"
+            cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim, torch.float32, self.device
         )
         self.free = list(range(num_blocks))
         random.Random(seed).shuffle(self.free)  # so no sequence's blocks are contiguous or ordered
@@ -59,7 +60,8 @@ class PagedRunner:
                 table.append(self.free.pop())
             self.kv_lens[feed.seq] = new_len
             kv_lens.append(new_len)
-        ctx = build_attention_context(q_lens, kv_lens, [self.tables[f.seq] for f in feeds], self.block_size)
+        tables = [self.tables[f.seq] for f in feeds]
+        ctx = build_attention_context(q_lens, kv_lens, tables, self.block_size, self.device)
         x = torch.cat([f.embeds for f in feeds])  # [T, H]
         positions = torch.cat([f.positions for f in feeds], dim=1)  # [3, T]
         with torch.inference_mode():
@@ -76,5 +78,5 @@ class PagedRunner:
         """The next tokens of a sequence, placed after its cached ones (decode rule: KV index + rope_delta)."""
         start = self.kv_len(seq)
         with torch.inference_mode():
-            embeds = self.model.embed(torch.tensor(token_ids))
-        return Feed(seq, embeds, text_positions(start + rope_delta, len(token_ids)))
+            embeds = self.model.embed(torch.tensor(token_ids, device=self.device))
+        return Feed(seq, embeds, text_positions(start + rope_delta, len(token_ids)).to(self.device))

@@ -6,11 +6,11 @@ import io
 import numpy as np
 import pytest
 import soundfile as sf
-from audio_samples import pyav_bytes, soundfile_bytes, tone, video_only_bytes
 
 from gateway.media.audio import TARGET_RATE, DecodedAudio, decode_audio, extract_video_audio
 from runtime.errors import InvalidArgument
 from services.audio.lengths import audio_token_count
+from tests.unit.audio.audio_samples import pyav_bytes, soundfile_bytes, tone, video_only_bytes
 
 FIELD = "messages[0].content[1].audio"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernel_data import check_alignment, skewed_routing
+from tests.unit.kernels.kernel_data import check_alignment, skewed_routing
 from runtime.kernels.fused_moe import SharedExpert, fused_moe, fused_moe_reference
 from runtime.kernels.moe_align import align_torch
 from runtime.kernels.moe_config import (

@@ -157,7 +157,8 @@ def test_media_expansion_matches_processor(tok: Tokenizer, template: str, hf_pro
 
     assert prompt.ids == hf["input_ids"][0].tolist()
     kinds = ["image", "audio", "audio", "image"]
-    assert [(s.kind, s.length, s.index) for s in prompt.spans] == [(k, c, i) for i, (k, c) in enumerate(zip(kinds, counts))]
+    expected = [(kind, count, i) for i, (kind, count) in enumerate(zip(kinds, counts))]
+    assert [(s.kind, s.length, s.index) for s in prompt.spans] == expected
     pad = {"image": ids.IMAGE_PAD, "audio": ids.AUDIO_PAD}
     for span in prompt.spans:
         body = prompt.ids[span.start : span.start + span.length]

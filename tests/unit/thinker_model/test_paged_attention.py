@@ -117,7 +117,9 @@ def test_context_fields() -> None:
         ([1], [9], [[0, 1]], "block table"),
     ],
 )
-def test_context_rejects_bad_layouts(q_lens: list[int], kv_lens: list[int], tables: list[list[int]], match: str) -> None:
+def test_context_rejects_bad_layouts(
+    q_lens: list[int], kv_lens: list[int], tables: list[list[int]], match: str
+) -> None:
     with pytest.raises(ValueError, match=match):
         build_attention_context(q_lens, kv_lens, tables, block_size=4)
 

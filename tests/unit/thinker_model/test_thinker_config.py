@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from thinker_tiny_config import tiny_config, tiny_dict
 
 from services.thinker.model import ThinkerConfig
+from tests.unit.thinker_model.thinker_tiny_config import tiny_config, tiny_dict
 
 
 def test_reads_dims_ids_and_multimodal_fields() -> None:

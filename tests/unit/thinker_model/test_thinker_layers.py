@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from thinker_tiny_config import tiny_config
 
 from runtime.attention import allocate_kv_cache, build_attention_context
 from services.thinker.model import DeepstackInput, ThinkerConfig, ThinkerLM
 from services.thinker.model.checkpoint import fuse_experts
 from services.thinker.model.moe import SparseMoE
 from services.thinker.model.rope import frequency_axes
+from tests.unit.thinker_model.thinker_tiny_config import tiny_config
 
 
 def test_frequency_axes_interleave_t_h_w_then_t() -> None:

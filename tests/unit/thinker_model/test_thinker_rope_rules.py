@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
-from thinker_tiny_config import tiny_config
 
 from services.thinker.model import MediaKind, MediaSpanGrid, audio_token_count, decode_positions, prompt_positions
+from tests.unit.thinker_model.thinker_tiny_config import tiny_config
 
 CFG = tiny_config()
 VS, VE, IMG, VID, AS, AE, AUD = 210, 211, 212, 213, 214, 215, 216

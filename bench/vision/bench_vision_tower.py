@@ -1,0 +1,222 @@
+"""Vision tower benchmark: our tower vs transformers' on the same random weights and inputs; writes a JSON result.
+
+    python bench/vision/bench_vision_tower.py --out bench/results/vision_tower_h200.json        # real dims, GPU
+    python bench/vision/bench_vision_tower.py --tiny --out /tmp/vision_tiny.json                # CPU smoke test
+
+Workloads (real dims): 8 images at 448×448, 8 images at 1280×720 (smart_resize → 1280×704), a 60 s video at
+2 fps and 448×448 (120 frames, 47,040 patches), the patch embed as one GEMM vs the Conv3d it replaces, and
+the uint8 → patches preprocessing of that video. Medians over `--iters` timed runs after `--warmup`.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from services.vision.model import Grid, VisionTower, VisionTowerConfig
+from services.vision.preprocess import VisionPreprocessor
+from services.vision.processing_config import VisionProcessingConfig
+
+REAL = VisionTowerConfig(out_hidden_size=2048)  # the released checkpoint's vision_config
+TINY = VisionTowerConfig(
+    depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+    num_position_embeddings=64, deepstack_visual_indexes=(0, 1),
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    grids: tuple[Grid, ...]
+    items: int  # images or videos in one forward
+
+
+def workloads(tiny: bool) -> list[Workload]:
+    if tiny:
+        return [
+            Workload("images_64x64_x8", (Grid(1, 4, 4),) * 8, 8),
+            Workload("images_64x128_x8", (Grid(1, 4, 8),) * 8, 8),
+            Workload("video_4s_2fps_64x64", (Grid(4, 4, 4),), 1),
+        ]
+    return [
+        Workload("images_448x448_x8", (Grid(1, 28, 28),) * 8, 8),
+        Workload("images_1280x720_x8", (Grid(1, 44, 80),) * 8, 8),  # smart_resize(720, 1280) = 704 × 1280
+        Workload("video_60s_2fps_448x448", (Grid(60, 28, 28),), 1),
+    ]
+
+
+def grid_counts(grids: tuple[Grid, ...]) -> dict[str, int]:
+    """{"[t, h, w]": how many}: a compact record of a workload's grids."""
+    return dict(Counter(str(list(g)) for g in grids))
+
+
+def timed(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) -> dict[str, float]:
+    """Median / min / max milliseconds of `fn`, synchronising around each run."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(iters):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        samples.append((time.perf_counter() - start) * 1e3)
+    return {"median_ms": statistics.median(samples), "min_ms": min(samples), "max_ms": max(samples)}
+
+
+def reference_tower(cfg: VisionTowerConfig, device: torch.device, dtype: torch.dtype) -> Any | None:
+    """transformers' encoder with random init at `cfg`'s dims, or None when transformers is not installed."""
+    try:
+        from transformers.models.qwen3_omni_moe.configuration_qwen3_omni_moe import Qwen3OmniMoeVisionEncoderConfig
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeVisionEncoder
+    except ImportError:
+        return None
+    hf_cfg = Qwen3OmniMoeVisionEncoderConfig(
+        depth=cfg.depth, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_heads=cfg.num_heads, out_hidden_size=cfg.out_hidden_size,
+        num_position_embeddings=cfg.num_position_embeddings, deepstack_visual_indexes=list(cfg.deepstack_visual_indexes),
+    )
+    hf_cfg._attn_implementation = "sdpa"
+    with torch.device(device):
+        model = Qwen3OmniMoeVisionEncoder(hf_cfg)
+    return model.to(dtype).eval()
+
+
+def random_state(cfg: VisionTowerConfig, seed: int) -> dict[str, torch.Tensor]:
+    """Checkpoint-shaped random tensors (used when transformers is absent)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.device("meta"):
+        shapes = {name: t.shape for name, t in VisionTower(cfg).state_dict().items()}
+    shapes["patch_embed.proj.weight"] = torch.Size((cfg.hidden_size, cfg.in_channels, cfg.temporal_patch_size,
+                                                    cfg.patch_size, cfg.patch_size))
+    return {name: torch.randn(shape, generator=gen) * 0.02 for name, shape in shapes.items()}
+
+
+def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    cfg = TINY if args.tiny else REAL
+    hf = None if args.skip_hf else reference_tower(cfg, device, dtype)
+    state = hf.state_dict() if hf is not None else random_state(cfg, seed=0)
+    ours = VisionTower.from_state_dict(cfg, state, device, dtype, attention=args.attention)
+    results: dict[str, Any] = {"attention_backend": ours.attention_backend, "workloads": {}}
+    gen = torch.Generator().manual_seed(0)
+    for work in workloads(args.tiny):
+        num_patches = sum(g.num_patches for g in work.grids)
+        patches = torch.randn(num_patches, cfg.patch_dim, generator=gen).to(device, dtype)
+        row: dict[str, Any] = {"patches": num_patches, "items": work.items, "grids": grid_counts(work.grids)}
+        row["ours"] = timed(lambda: ours(patches, work.grids), device, args.warmup, args.iters)
+        row["ours"]["items_per_s"] = work.items / (row["ours"]["median_ms"] / 1e3)
+        if hf is not None:
+            grid_thw = torch.tensor([list(g) for g in work.grids], device=device)
+            with torch.inference_mode():
+                row["transformers"] = timed(lambda: hf(patches, grid_thw=grid_thw), device, args.warmup, args.iters)
+            row["transformers_over_ours"] = row["transformers"]["median_ms"] / row["ours"]["median_ms"]
+        results["workloads"][work.name] = row
+        print(f"{work.name}: {json.dumps(row)}", flush=True)
+    video = workloads(args.tiny)[-1]
+    results["patch_embed"] = bench_patch_embed(cfg, ours, video, device, dtype, args)
+    results["preprocess"] = bench_preprocess(video, device, args)
+    return results
+
+
+def bench_patch_embed(
+    cfg: VisionTowerConfig, ours: VisionTower, work: Workload, device: torch.device, dtype: torch.dtype,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One GEMM over flattened patches vs the Conv3d (kernel == stride) it replaces, on the video's patches."""
+    num_patches = sum(g.num_patches for g in work.grids)
+    patches = torch.randn(num_patches, cfg.patch_dim, device=device, dtype=dtype)
+    weight, bias = ours.patch_embed.proj.weight, ours.patch_embed.proj.bias
+    kernel = weight.view(cfg.hidden_size, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size)
+    stride = (cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size)
+    volumes = patches.view(-1, cfg.in_channels, *stride)
+
+    with torch.inference_mode():
+        gemm = timed(lambda: F.linear(patches, weight, bias), device, args.warmup, args.iters)
+        conv = timed(lambda: F.conv3d(volumes, kernel, bias, stride=stride), device, args.warmup, args.iters)
+    return {"patches": num_patches, "gemm": gemm, "conv3d": conv, "conv3d_over_gemm": conv["median_ms"] / gemm["median_ms"]}
+
+
+def bench_preprocess(work: Workload, device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
+    """uint8 frames on the host -> normalised patch rows on the device, for the video workload."""
+    grid = work.grids[0]
+    frames = torch.randint(0, 256, (2 * grid.t, 16 * grid.h, 16 * grid.w, 3), dtype=torch.uint8)
+    pre = VisionPreprocessor(VisionProcessingConfig(), device)
+    return {"frames": list(frames.shape), **timed(lambda: pre.video(frames), device, args.warmup, args.iters)}
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def library_version(name: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:  # noqa: BLE001 - absent or broken metadata only omits a field
+        return None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="where the JSON result is written")
+    parser.add_argument("--tiny", action="store_true", help="tiny dims and inputs: a CPU smoke test")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
+                        help="default: bfloat16 on CUDA, float32 on CPU")
+    parser.add_argument("--attention", default="auto", help="auto | segments | varlen")
+    parser.add_argument("--warmup", type=int, default=None, help="default: 3 (1 with --tiny)")
+    parser.add_argument("--iters", type=int, default=None, help="default: 10 (2 with --tiny)")
+    parser.add_argument("--skip-hf", action="store_true", help="do not time transformers' vision tower")
+    args = parser.parse_args(argv)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 3)
+    args.iters = args.iters if args.iters is not None else (2 if args.tiny else 10)
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    torch.manual_seed(0)
+    result = {
+        "benchmark": "vision_tower",
+        "commit": git_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "config": asdict(TINY if args.tiny else REAL),
+        "dtype": str(dtype).removeprefix("torch."),
+        "torch": torch.__version__,
+        "transformers": library_version("transformers"),
+        "warmup": args.warmup,
+        "iters": args.iters,
+        **bench_tower(args, device, dtype),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

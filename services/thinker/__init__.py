@@ -1,0 +1,1 @@
+"""The Thinker stage: the MoE language model service."""

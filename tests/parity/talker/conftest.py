@@ -1,0 +1,13 @@
+"""Fixtures for talker parity: our talker stage loaded from the demo checkpoint."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.talker.model.load import TalkerModel, load_talker_model
+
+
+@pytest.fixture(scope="session")
+def talker_model(demo_ckpt: Path) -> TalkerModel:
+    return load_talker_model(demo_ckpt)

@@ -1,0 +1,87 @@
+"""AudioBatchPlan: windows never cross clips, launches are bounded, masks appear only for short clips."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.audio.lengths import audio_token_count
+from services.audio.model.config import AudioEncoderConfig
+from services.audio.model.plan import plan_batch
+
+CONFIG = AudioEncoderConfig()  # real dims: 100-frame chunks, 104-token windows
+
+
+def window_lengths(plan) -> list[int]:  # type: ignore[no-untyped-def]
+    return (plan.cu_seqlens[1:] - plan.cu_seqlens[:-1]).tolist()
+
+
+def test_windows_are_104_tokens_and_restart_at_each_clip() -> None:
+    plan = plan_batch([1234, 30, 6000], CONFIG)
+    assert plan.token_counts == (161, 4, 780)
+    assert window_lengths(plan) == [104, 57, 4] + [104] * 7 + [52]
+    assert plan.cu_seqlens.dtype == torch.int32 and int(plan.cu_seqlens[-1]) == plan.num_tokens
+    assert plan.max_window == 104
+
+
+def test_padded_window_layout_round_trips_every_token() -> None:
+    plan = plan_batch([1234, 30, 801], CONFIG)
+    flat = plan.window_index.reshape(-1)
+    assert torch.equal(flat[plan.token_slot], torch.arange(plan.num_tokens))
+    assert int(plan.window_valid.sum()) == plan.num_tokens
+
+
+def test_full_windows_need_no_mask() -> None:
+    assert plan_batch([800, 1600], CONFIG).window_valid is None
+
+
+def test_launches_are_bounded_and_tile_the_tokens() -> None:
+    plan = plan_batch([60000] + [200] * 7, CONFIG, chunks_per_launch=64)
+    assert sum(launch.num_chunks for launch in plan.launches) == 600 + 14
+    assert max(launch.num_chunks for launch in plan.launches) == 64
+    offset = 0
+    for launch in plan.launches:
+        assert launch.token_offset == offset
+        offset += launch.num_tokens
+    assert offset == plan.num_tokens == 7800 + 7 * 26
+
+
+def test_long_clip_tails_pad_to_a_full_chunk_without_masks() -> None:
+    plan = plan_batch([1234, 250], CONFIG)
+    (launch,) = plan.launches
+    assert launch.pad_frames == 100 and launch.masks is None
+    assert launch.num_tokens == audio_token_count(1234) + audio_token_count(250)
+    # the tail chunk of 34 frames reads zeros (index = total frames) past its end
+    index = launch.frame_index.view(-1, 100)
+    assert index[12, 33].item() == 1233 and index[12, 34].item() == 1484
+
+
+def test_short_clips_are_masked_to_their_own_length() -> None:
+    plan = plan_batch([30, 1000, 57], CONFIG)
+    (launch,) = plan.launches
+    assert launch.masks is not None
+    first, second = launch.masks
+    assert first.shape == (12, 1, 1, 50) and second.shape == (12, 1, 1, 25)
+    assert first[0].sum() == 15 and second[0].sum() == 8  # ceil(30/2), ceil(30/4)
+    assert first[1:11].min() == 1  # full chunks untouched
+    assert first[11].sum() == 29 and second[11].sum() == 15  # ceil(57/2), ceil(57/4)
+
+
+def test_batch_of_short_clips_pads_only_to_the_longest() -> None:
+    (launch,) = plan_batch([30, 57], CONFIG).launches
+    assert launch.pad_frames == 57 and launch.stem_tokens == 8
+
+
+def test_plan_moves_to_a_device_and_dtype() -> None:
+    plan = plan_batch([30, 1000], CONFIG).to("cpu", torch.float16)
+    assert plan.launches[0].masks[0].dtype == torch.float16
+
+
+@pytest.mark.parametrize("counts,message", [([], "at least one clip"), ([100, 0], "at least one mel frame")])
+def test_bad_frame_counts_raise(counts: list[int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        plan_batch(counts, CONFIG)
+
+
+def test_bad_launch_size_raises() -> None:
+    with pytest.raises(ValueError, match="chunks_per_launch"):
+        plan_batch([100], CONFIG, chunks_per_launch=0)

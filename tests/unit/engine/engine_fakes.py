@@ -1,0 +1,78 @@
+"""Helpers for the engine unit tests: sequences in one line and a deterministic fake ModelRunner with a fake KV cache."""
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from runtime.engine.block_manager import BlockManager
+from runtime.engine.sampling_params import SamplingOptions
+from runtime.engine.scheduler import ScheduledBatch
+from runtime.engine.sequence import Sequence
+
+GREEDY = SamplingOptions(temperature=0.0)
+_ids = itertools.count(1000)
+
+
+def make_seq(prompt: list[int] | int, sampling: SamplingOptions = GREEDY, seq_id: int | None = None,
+             eos: frozenset[int] = frozenset()) -> Sequence:
+    """A sequence with `prompt` ids (an int n means ids 1..n)."""
+    ids = list(range(1, prompt + 1)) if isinstance(prompt, int) else prompt
+    sid = next(_ids) if seq_id is None else seq_id
+    return Sequence(sid, f"req-{sid}", ids, sampling, eos)
+
+
+def next_token(history: list[int], vocab: int) -> int:
+    """The fake model's favourite next token: a fixed function of every token so far."""
+    h = 7
+    for i, t in enumerate(history):
+        h = (h * 31 + t * (i + 3)) % 1_000_003
+    return h % vocab
+
+
+class FakeRunner:
+    """Runs a batch like a real paged model would, minus the maths.
+
+    It writes each computed token into a fake KV cache at the slot the block manager gives, then reads the whole
+    history back through the block table to make its logits: a block handed to two sequences at once, a slot
+    off by one, or a preempted sequence that does not recompute would change the tokens it picks.
+    """
+
+    def __init__(self, blocks: BlockManager, vocab: int = 50, device: str = "cpu") -> None:
+        self.blocks = blocks
+        self.vocab = vocab
+        self.device = torch.device(device)
+        self.kv: dict[int, tuple[int, int, int]] = {}  # slot -> (seq_id, position, token)
+        self.batches: list[list[tuple[int, int, int]]] = []  # per step: (seq_id, start, num_tokens)
+        self.released: list[int] = []
+
+    def run(self, batch: ScheduledBatch) -> torch.Tensor:
+        self.batches.append([(r.seq.seq_id, r.seq.num_computed_tokens, r.num_tokens) for r in batch.rows])
+        rows = []
+        for r in batch.rows:
+            seq = r.seq
+            start = seq.num_computed_tokens
+            assert len(seq.block_table) * self.blocks.block_size >= start + r.num_tokens, "too few blocks"
+            for pos in range(start, start + r.num_tokens):
+                self.kv[self.blocks.slot(seq, pos)] = (seq.seq_id, pos, seq.token_id(pos))
+            if r.samples:
+                end = start + r.num_tokens
+                history = []
+                for pos in range(end):
+                    owner, p, tok = self.kv[self.blocks.slot(seq, pos)]
+                    assert (owner, p) == (seq.seq_id, pos), f"slot of {seq.seq_id}@{pos} holds {owner}@{p}"
+                    history.append(tok)
+                rows.append(self.logits(history))
+        if not rows:
+            return torch.zeros(0, self.vocab)
+        return torch.stack(rows)
+
+    def logits(self, history: list[int]) -> torch.Tensor:
+        """A peaked but not one-hot distribution, so sampled rows vary and greedy rows are unambiguous."""
+        g = torch.Generator().manual_seed(next_token(history, 1 << 30))
+        out = torch.randn(self.vocab, generator=g)
+        out[next_token(history, self.vocab)] += 4.0
+        return out
+
+    def release(self, seq: Sequence) -> None:
+        self.released.append(seq.seq_id)

@@ -1,0 +1,119 @@
+"""GPU: the Triton MoE (top-k, grouping, grouped GEMMs, whole block) against the PyTorch reference, in bf16."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.unit.kernels.kernel_data import check_alignment, needs_cuda, rel_err, skewed_routing, tie_free_rows
+from runtime.kernels.fused_moe import SharedExpert, fused_moe
+from runtime.kernels.moe_config import GemmConfig, MoeConfig
+from runtime.kernels.moe_reference import (
+    Routing, experts_reference, route_reference, shared_expert_forward, topk_softmax_reference,
+)
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not needs_cuda(), reason="needs a CUDA device")]
+BF16 = torch.bfloat16
+TOL = 1.5e-2  # bf16 operands and a bf16 intermediate: expect ~3e-3
+
+
+def weights(experts: int, hidden: int, inter: int, seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    router = torch.randn(experts, hidden, device="cuda", generator=gen).to(BF16)
+    w_gate_up = (torch.randn(experts, 2 * inter, hidden, device="cuda", generator=gen) / hidden**0.5).to(BF16)
+    w_down = (torch.randn(experts, hidden, inter, device="cuda", generator=gen) / inter**0.5).to(BF16)
+    return router, w_gate_up, w_down
+
+
+def fp32_experts(x: torch.Tensor, routing: Routing, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+    return experts_reference(x.float(), Routing(routing.topk_ids, routing.topk_weights.float()),
+                             w_gate_up.float(), w_down.float())
+
+
+@pytest.mark.parametrize(("tokens", "experts", "top_k"), [(1, 128, 8), (257, 128, 8), (64, 60, 6)])
+def test_topk_softmax_matches_reference_off_ties(tokens: int, experts: int, top_k: int) -> None:
+    pytest.importorskip("triton")
+    from runtime.kernels.moe_route_triton import topk_softmax_triton
+
+    logits = torch.randn(tokens, experts, device="cuda").to(BF16)
+    got, ref = topk_softmax_triton(logits, top_k), topk_softmax_reference(logits, top_k)
+    ok = tie_free_rows(logits, top_k)
+    assert torch.equal(got.topk_ids.sort(-1).values[ok], ref.topk_ids.sort(-1).values[ok])
+    assert rel_err(got.topk_weights.sort(-1).values[ok], ref.topk_weights.sort(-1).values[ok]) < 1e-2
+
+
+@pytest.mark.parametrize("block_m", [16, 32, 64, 128])
+@pytest.mark.parametrize("tokens", [1, 5, 100])
+def test_triton_grouping_matches_torch_on_skewed_loads(tokens: int, block_m: int) -> None:
+    pytest.importorskip("triton")
+    from runtime.kernels.moe_align import align_torch
+    from runtime.kernels.moe_route_triton import align_triton_small
+
+    routing = skewed_routing(tokens, 128, 8, hot=77, dtype=BF16, device="cuda", seed=tokens)
+    got = align_triton_small(routing.topk_ids, 128, block_m)
+    ref = align_torch(routing.topk_ids, 128, block_m)
+    num_padded = int(got.num_padded)
+    check_alignment(got.sorted_ids, got.expert_ids, num_padded, routing.topk_ids, 128, block_m)
+    assert num_padded == int(ref.num_padded)
+    assert torch.equal(got.sorted_ids[:num_padded], ref.sorted_ids[:num_padded])
+    assert torch.equal(got.expert_ids, ref.expert_ids)
+
+
+CONFIGS = [
+    MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 4), 1 << 20),
+    MoeConfig(32, GemmConfig(64, 64, 4, 3), GemmConfig(64, 64, 4, 3), 0),
+    MoeConfig(64, GemmConfig(64, 64, 4, 3), GemmConfig(128, 64, 8, 3), 0),
+    MoeConfig(128, GemmConfig(64, 64, 8, 3), GemmConfig(128, 64, 8, 3), 1 << 20),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"bm{c.block_m}")
+@pytest.mark.parametrize(("tokens", "hidden", "inter", "top_k"), [(3, 256, 128, 8), (150, 200, 96, 6), (700, 256, 64, 8)])
+def test_experts_on_ragged_loads(cfg: MoeConfig, tokens: int, hidden: int, inter: int, top_k: int) -> None:
+    pytest.importorskip("triton")
+    from runtime.kernels.moe_triton import experts_triton
+
+    _, w_gate_up, w_down = weights(128, hidden, inter, seed=tokens)
+    x = torch.randn(tokens, hidden, device="cuda").to(BF16)
+    routing = skewed_routing(tokens, 128, top_k, hot=3, dtype=BF16, device="cuda", seed=tokens)
+    out = experts_triton(x, routing, w_gate_up, w_down, cfg)
+    assert rel_err(out, fp32_experts(x, routing, w_gate_up, w_down)) < TOL
+
+
+@pytest.mark.parametrize(("tokens", "hidden", "inter", "top_k", "with_shared"),
+                         [(1, 2048, 768, 8, False), (256, 2048, 768, 8, False), (40, 1024, 384, 6, True),
+                          (1000, 256, 128, 8, False)])
+def test_fused_moe_matches_reference_at_real_and_small_shapes(
+    tokens: int, hidden: int, inter: int, top_k: int, with_shared: bool
+) -> None:
+    pytest.importorskip("triton")
+    router, w_gate_up, w_down = weights(128, hidden, inter, seed=hidden + tokens)
+    x = torch.randn(tokens, hidden, device="cuda").to(BF16)
+    shared = None
+    if with_shared:
+        shared = SharedExpert(*(t.to(BF16) for t in (torch.randn(2 * 2 * inter, hidden, device="cuda") / hidden**0.5,
+                                                       torch.randn(hidden, 2 * inter, device="cuda") / inter**0.5,
+                                                       torch.randn(1, hidden, device="cuda") / hidden**0.5)))
+    out = fused_moe(x, router, w_gate_up, w_down, top_k, True, shared)
+    routing = route_reference(x, router, top_k)  # bf16 logits, exactly as the kernel path computes them
+    ref = fp32_experts(x, routing, w_gate_up, w_down)
+    if shared is not None:
+        ref = ref + shared_expert_forward(x.float(), SharedExpert(*(t.float() for t in shared)))
+    ok = tie_free_rows(x @ router.T, top_k)
+    assert out.dtype == BF16 and out.shape == x.shape
+    assert rel_err(out[ok], ref[ok]) < TOL
+
+
+def test_fused_moe_has_no_host_sync_and_replays_in_a_cuda_graph() -> None:
+    pytest.importorskip("triton")
+    router, w_gate_up, w_down = weights(128, 256, 128, seed=9)
+    static_x = torch.randn(16, 256, device="cuda").to(BF16)
+    fused_moe(static_x, router, w_gate_up, w_down, 8)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = fused_moe(static_x, router, w_gate_up, w_down, 8)
+    fresh = torch.randn(16, 256, device="cuda").to(BF16)
+    static_x.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, fused_moe(fresh, router, w_gate_up, w_down, 8))
