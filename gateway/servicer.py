@@ -44,16 +44,13 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
             raise
         finally:
             m.get("omnimesh_requests_in_flight").dec()
-            outcome = "ok" if code == "OK" else "client_error" if code in _CLIENT_CODES else "error"
+            outcome = "ok" if code == "OK" else "cancelled" if code in ("CANCELLED", "DEADLINE_EXCEEDED") else "error"
             m.get("omnimesh_requests_total", outcome=outcome, code=code).inc()
             m.get("omnimesh_e2e_request_latency_seconds").observe(time.monotonic() - t0)
 
     async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> omni_pb2.OmniInfo:
         check_api_key(context.invocation_metadata() or (), self._cfg.api_keys)
         return self._info
-
-
-_CLIENT_CODES = {"INVALID_ARGUMENT", "UNAUTHENTICATED", "UNIMPLEMENTED", "CANCELLED", "DEADLINE_EXCEEDED"}
 
 
 def _to_pb(seq: int, ev: TextEvent | UsageEvent | DoneEvent) -> omni_pb2.ChatEvent:

@@ -164,7 +164,7 @@ def main() -> None:
     report = {
         "benchmark": "audio_encoder",
         "commit": _commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "torch": torch.__version__,

@@ -67,7 +67,7 @@ def _filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_
     drop = ranks >= k
     probs = torch.softmax(sorted_logits, dim=-1)
     cum_before = torch.cumsum(probs, dim=-1) - probs  # mass strictly above each rank
-    drop |= cum_before >= top_p.unsqueeze(1)
+    drop |= (cum_before >= top_p.unsqueeze(1)) & (top_p.unsqueeze(1) < 1.0)  # float cumsum reaches 1 early: 1 is off
     drop |= probs < (min_p.unsqueeze(1) * probs[:, :1])
     drop[:, 0] = False  # the most likely token always survives
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
@@ -85,7 +85,7 @@ def sample(logits: torch.Tensor, options: list[SamplingOptions], generators: lis
     top_p = torch.tensor([o.top_p for o in options], device=device)
     min_p = torch.tensor([o.min_p for o in options], device=device)
     filtered = _filter(scaled, top_k, top_p, min_p)
-    greedy = torch.tensor([o.is_greedy for o in options], device=device)
+    greedy = torch.tensor([o.is_greedy for o in options], device=device, dtype=torch.bool)  # bool even with 0 rows
     # Greedy rows are scored on the unfiltered distribution: their logprobs are the model's (after penalties).
     final = torch.where(greedy.unsqueeze(1), scaled, filtered)
     logprobs_all = torch.log_softmax(final, dim=-1)

@@ -1,4 +1,4 @@
-"""Whisper-compatible log-mel front end on device: a list of 16 kHz clips in, one [mel_bins, frames] tensor per clip out."""
+"""Whisper-compatible log-mel on device: a list of 16 kHz clips in, one [mel_bins, frames] tensor per clip out."""
 from __future__ import annotations
 
 import json

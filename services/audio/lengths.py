@@ -7,7 +7,7 @@ STEM_STRIDE = 8  # three stride-2 convolutions
 
 
 def mel_frame_count(num_samples: int, hop_length: int = HOP_LENGTH) -> int:
-    """Mel frames the front end makes from `num_samples` samples: the STFT's trailing frame is dropped, as Whisper does."""
+    """Mel frames made from `num_samples` samples: the STFT's trailing frame is dropped, as Whisper does."""
     if num_samples < 0:
         raise ValueError(f"num_samples must be >= 0, got {num_samples}")
     return num_samples // hop_length

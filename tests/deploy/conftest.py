@@ -6,20 +6,7 @@ from typing import Any
 
 import pytest
 
-from deploy_tools import CHART, documents, helm_template, tool
-
-# The chart renders checked everywhere: flags for `helm template`, by scenario name.
-MONITORING_APIS = ["--api-versions", "monitoring.coreos.com/v1"]
-SCENARIOS: dict[str, list[str]] = {
-    "default": [],
-    "default-operator": MONITORING_APIS,
-    "multi-replica": ["-f", str(CHART / "values-multi-replica.yaml"), *MONITORING_APIS],
-    "multi-replica-keda": [
-        "-f", str(CHART / "values-multi-replica.yaml"), "--set", "autoscaling.mode=keda",
-        "--api-versions", "keda.sh/v1alpha1", *MONITORING_APIS,
-    ],
-}
-
+from tests.deploy.deploy_tools import SCENARIOS, documents, helm_template, tool
 
 def _require(name: str) -> Path:
     found = tool(name)

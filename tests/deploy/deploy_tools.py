@@ -26,6 +26,18 @@ KUBE_VERSION = "1.33.0"
 PROMQL_NAMES = Path(__file__).with_name("promql_names.py")
 CRD_CHECK = Path(__file__).with_name("crd_check.mjs")
 
+# The chart renders checked everywhere: flags for `helm template`, by scenario name.
+MONITORING_APIS = ["--api-versions", "monitoring.coreos.com/v1"]
+SCENARIOS: dict[str, list[str]] = {
+    "default": [],
+    "default-operator": MONITORING_APIS,
+    "multi-replica": ["-f", str(CHART / "values-multi-replica.yaml"), *MONITORING_APIS],
+    "multi-replica-keda": [
+        "-f", str(CHART / "values-multi-replica.yaml"), "--set", "autoscaling.mode=keda",
+        "--api-versions", "keda.sh/v1alpha1", *MONITORING_APIS,
+    ],
+}
+
 # Grafana's built-in interval variables, replaced before a query is parsed as PromQL.
 GRAFANA_INTERVALS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
 

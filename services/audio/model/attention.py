@@ -1,7 +1,7 @@
 """Bidirectional attention inside each window of the packed AuT tokens: varlen flash on CUDA, padded SDPA elsewhere."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +17,8 @@ def padded_window_attention(qkv: torch.Tensor, plan: AudioBatchPlan, scale: floa
     """Exact reference: gather the windows into a padded batch, SDPA with a key mask, scatter back."""
     num_tokens, _, heads, head_dim = qkv.shape
     windows = qkv.index_select(0, plan.window_index.reshape(-1))  # [W * L, 3, H, D]
-    windows = windows.view(plan.num_windows, plan.max_window, 3, heads, head_dim).permute(2, 0, 3, 1, 4)  # [3, W, H, L, D]
+    windows = windows.view(plan.num_windows, plan.max_window, 3, heads, head_dim)  # [W, L, 3, H, D]
+    windows = windows.permute(2, 0, 3, 1, 4)  # [3, W, H, L, D]
     q, k, v = windows.unbind(0)
     mask = None if plan.window_valid is None else plan.window_valid[:, None, None, :]  # [W, 1, 1, L]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # [W, H, L, D]

@@ -1,4 +1,4 @@
-"""Host-side batch plan for the AuT encoder: every index, mask and `cu_seqlens` the forward needs, from clip lengths alone.
+"""Host-side batch plan for the AuT encoder: every index, mask and `cu_seqlens` the forward needs, from lengths alone.
 
 Semantics (one clip's output never depends on what it is batched with): each clip is cut into chunks of
 `chunk_frames` (100) mel frames. A clip of at least one chunk pads its tail chunk with zeros to a full chunk; a
@@ -10,13 +10,14 @@ which is the same as convolving it unpadded.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from services.audio.lengths import audio_token_count, stem_output_length
 from services.audio.model.config import AudioEncoderConfig
-from services.audio.transfer import to_device
+from services.audio.transfer import to_device_many
 
 DEFAULT_CHUNKS_PER_LAUNCH = 64  # bounds the conv stem's working set (~6 MB of bf16 activations per chunk at real dims)
 
@@ -28,7 +29,7 @@ class ConvLaunch:
     num_chunks: int
     pad_frames: int
     frame_index: torch.Tensor  # int64 [num_chunks * pad_frames]: packed mel frame, or total_frames for a zero
-    masks: tuple[torch.Tensor, torch.Tensor] | None  # [num_chunks, 1, 1, ceil(pad/2)], [.., ceil(pad/4)]; None: none needed
+    masks: tuple[torch.Tensor, torch.Tensor] | None  # [K, 1, 1, ceil(pad/2)], [K, 1, 1, ceil(pad/4)]; None: unneeded
     token_index: torch.Tensor | None  # int64 [num_tokens]: kept rows of [num_chunks * stem tokens]; None: all rows
     token_offset: int  # first packed token this launch writes
     num_tokens: int
@@ -64,25 +65,33 @@ class AudioBatchPlan:
         return self.cu_seqlens.shape[0] - 1
 
     def to(self, device: torch.device | str, dtype: torch.dtype) -> AudioBatchPlan:
-        """This plan with its tensors on `device` (masks in `dtype`), copied without blocking the host."""
+        """This plan with its tensors on `device` (masks in `dtype`), in one copy per dtype, not blocking the host."""
         device = torch.device(device)
-        launches = tuple(
-            dataclasses.replace(
-                launch,
-                frame_index=to_device(launch.frame_index, device),
-                masks=None if launch.masks is None else tuple(to_device(m, device, dtype) for m in launch.masks),
-                token_index=None if launch.token_index is None else to_device(launch.token_index, device),
-            )
-            for launch in self.launches
-        )
-        return dataclasses.replace(
-            self,
-            launches=launches,
-            cu_seqlens=to_device(self.cu_seqlens, device),
-            window_index=to_device(self.window_index, device),
-            window_valid=None if self.window_valid is None else to_device(self.window_valid, device),
-            token_slot=to_device(self.token_slot, device),
-        )
+        tensors, rebuild = self._flatten()
+        return rebuild(to_device_many(tensors, device), dtype)
+
+    def _flatten(self) -> tuple[list[torch.Tensor], Callable[[list[torch.Tensor], torch.dtype], AudioBatchPlan]]:
+        """Every tensor of the plan in a fixed order, and how to put moved ones back (None fields stay None)."""
+        fields: list[torch.Tensor | None] = [self.cu_seqlens, self.window_index, self.window_valid, self.token_slot]
+        for launch in self.launches:
+            masks = launch.masks or (None, None)
+            fields += [launch.frame_index, launch.token_index, *masks]
+        present = [t for t in fields if t is not None]
+
+        def rebuild(moved: list[torch.Tensor], dtype: torch.dtype) -> AudioBatchPlan:
+            it = iter(moved)
+            out = [None if t is None else next(it) for t in fields]
+            launches = []
+            for i, launch in enumerate(self.launches):
+                frame_index, token_index, mask1, mask2 = out[4 + 4 * i: 8 + 4 * i]
+                masks = None if mask1 is None else (mask1.to(dtype), mask2.to(dtype))
+                launches.append(dataclasses.replace(launch, frame_index=frame_index, token_index=token_index,
+                                                    masks=masks))
+            cu_seqlens, window_index, window_valid, token_slot = out[:4]
+            return dataclasses.replace(self, launches=tuple(launches), cu_seqlens=cu_seqlens,
+                                       window_index=window_index, window_valid=window_valid, token_slot=token_slot)
+
+        return present, rebuild
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ def _windows(token_counts: tuple[int, ...], config: AudioEncoderConfig) -> dict[
     max_window = max(lengths)
     slots = torch.arange(max_window)[None, :]  # [1, max_window]
     valid = slots < lens[:, None]  # [W, max_window]
-    # An empty slot reads token 0: as a key it is masked out, as a query its output is dropped, so no zero row is needed.
+    # An empty slot reads token 0: as a key it is masked out, as a query its output is dropped; no zero row needed.
     window_index = torch.where(valid, cu_seqlens[:-1, None].long() + slots, 0)
     token_slot = (torch.arange(len(lengths))[:, None] * max_window + slots)[valid]  # [N], in packed order
     return dict(

@@ -33,7 +33,7 @@ class ConvStem(nn.Module):
         self.register_buffer("positions", sinusoid_table(config.chunk_tokens, config.d_model), persistent=False)
 
     def forward(self, mel: torch.Tensor, launch: ConvLaunch) -> torch.Tensor:
-        """mel: [mel_bins, total_frames + 1] packed clips plus a zero column. Returns this launch's [tokens, d_model]."""
+        """mel: [mel_bins, total_frames + 1], the packed clips and a zero column. Returns [launch tokens, d_model]."""
         bins = mel.shape[0]
         x = mel.index_select(1, launch.frame_index)  # [M, K * P]
         x = x.view(bins, launch.num_chunks, launch.pad_frames).transpose(0, 1).unsqueeze(1)  # [K, 1, M, P]

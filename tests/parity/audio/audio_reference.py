@@ -1,4 +1,4 @@
-"""The transformers side of the audio parity tests: clips, the Whisper extractor as the Omni processor calls it, the AuT."""
+"""Transformers side of the audio parity tests: clips, the Whisper extractor as the Omni processor calls it, the AuT."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -24,8 +24,9 @@ def clip(num_samples: int, seed: int = 0) -> np.ndarray:
 
 def hf_log_mel(demo_ckpt: Path, samples: np.ndarray) -> torch.Tensor:
     """[128, T] for one clip, exactly as Qwen3OmniMoeProcessor._process_audio calls WhisperFeatureExtractor."""
-    out = _whisper_extractor(demo_ckpt)(samples, sampling_rate=RATE, padding=True, truncation=False, return_attention_mask=True,
-                    return_tensors="pt")
+    out = _whisper_extractor(demo_ckpt)(
+        samples, sampling_rate=RATE, padding=True, truncation=False, return_attention_mask=True, return_tensors="pt"
+    )
     frames = int(out["attention_mask"].sum())
     assert out["input_features"].shape[-1] == frames
     return out["input_features"][0]

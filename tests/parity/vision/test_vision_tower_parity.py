@@ -86,3 +86,21 @@ def test_mixed_batch_in_one_forward(tower: VisionTower, preprocessor: VisionPrep
     rows = torch.split(patches, [g.num_patches for g in grids])
     for part, item_rows, grid in zip(batched.split(grids, 2), rows, grids):
         assert_same(part, reference(hf_omni, item_rows, [grid]))
+
+
+def test_encoder_facade(demo_ckpt: Path, hf_omni: Any) -> None:
+    """VisionEncoder.load + encode: preprocess and one forward, per-item outputs equal the reference."""
+    from services.vision.encoder import VisionEncoder
+
+    encoder = VisionEncoder.load(demo_ckpt, "cpu", torch.float32)
+    items = [MediaFrames(MediaKind.IMAGE, random_frames(1, 4, 6, seed=7)[0]),
+             MediaFrames(MediaKind.VIDEO, random_frames(3, 2, 4, seed=8))]
+    grids = [encoder.grid_of(item) for item in items]
+    assert grids == [Grid(1, 4, 6), Grid(2, 2, 4)]
+    outputs = encoder.encode(items)
+    patches, got_grids = encoder.preprocessor.batch(items)
+    assert got_grids == grids
+    rows = torch.split(patches, [g.num_patches for g in grids])
+    for out, item_rows, grid in zip(outputs, rows, grids):
+        assert out.merged.shape[0] == grid.num_tokens(2)
+        assert_same(out, reference(hf_omni, item_rows, [grid]))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fakes import make_seq
+from tests.unit.engine.engine_fakes import make_seq
 from runtime.engine.block_manager import BlockManager
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fakes import GREEDY, make_seq
+from tests.unit.engine.engine_fakes import GREEDY, make_seq
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
@@ -128,11 +128,13 @@ def test_running_rows_beyond_the_budget_wait_a_step() -> None:
     sched = make_scheduler(max_batch_tokens=2)
     seqs = [make_seq(1) for _ in range(3)]
     for s in seqs:
-        sched.add(s)
-    assert [r.seq for r in step(sched).rows] == seqs[:2]
-    batch = sched.schedule()  # two decode rows use the whole budget; the third waits in running
-    assert [r.seq for r in batch.rows] == seqs[:2]
-    assert seqs[2] in sched.running and seqs[2].status is SequenceStatus.RUNNING
+        s.status = SequenceStatus.RUNNING
+        sched.running.append(s)
+    assert [r.seq for r in sched.schedule().rows] == seqs[:2]
+    assert seqs[2] in sched.running and seqs[2].status is SequenceStatus.RUNNING and seqs[2].block_table == []
+    waiting = make_seq(1)
+    sched.add(waiting)
+    assert sched.schedule().is_empty is False and list(sched.waiting) == [waiting]  # no budget left to admit
 
 
 def test_waiting_head_that_does_not_fit_blocks_later_arrivals() -> None:

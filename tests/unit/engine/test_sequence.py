@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_fakes import GREEDY, make_seq
+from tests.unit.engine.engine_fakes import GREEDY, make_seq
 from runtime.engine.sequence import Sequence, SequenceStatus
 
 

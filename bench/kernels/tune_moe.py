@@ -1,0 +1,179 @@
+"""Tunes the Triton fused MoE tiles for the Thinker's and Talker's expert shapes on this GPU; writes the config JSON.
+
+Run on the GPU machine:  PYTHONPATH=. python bench/kernels/tune_moe.py --out runtime/kernels/configs/<file>.json
+Per batch size it tries a few row blocks (BLOCK_M, shared by the grouping and both GEMMs), times each GEMM's
+candidates alone (triton do_bench: median, L2 flushed between calls), keeps the fastest sum, picks the faster
+grouping path, and checks the chosen config against the fp32 reference before writing it.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import time
+from typing import Callable, NamedTuple
+
+import torch
+import triton
+from triton.testing import do_bench, do_bench_cudagraph
+
+from runtime.kernels.moe_align import MoeAlignment, align_torch
+from runtime.kernels.moe_config import GemmConfig, MoeConfig, config_to_json, default_config, shape_key
+from runtime.kernels.moe_gemm_triton import down_weighted, gate_up_silu
+from runtime.kernels.moe_reference import Routing, experts_reference, topk_softmax_reference
+from runtime.kernels.moe_route_triton import align_triton_small
+from runtime.kernels.moe_triton import experts_triton
+
+BATCH_SIZES = [1, 4096, 64, 16, 256, 1024, 4, 2, 8, 32, 128, 512, 2048]  # spread first, in case time runs out
+SMEM_LIMIT = 200 * 1024
+
+
+class Shape(NamedTuple):
+    name: str
+    experts: int
+    hidden: int
+    inter: int
+    top_k: int
+
+
+SHAPES = [Shape("thinker", 128, 2048, 768, 8), Shape("talker", 128, 1024, 384, 6)]
+
+
+def block_m_choices(rows_per_expert: float) -> list[int]:
+    if rows_per_expert < 4:
+        return [16]
+    if rows_per_expert < 16:
+        return [16, 32]
+    if rows_per_expert < 64:
+        return [32, 64]
+    if rows_per_expert < 256:
+        return [64, 128]
+    return [128, 64]
+
+
+def gemm_candidates(block_m: int, num_b_tiles: int) -> list[GemmConfig]:
+    """Tiles that fit shared memory and registers; num_b_tiles is 2 for gate_up (gate and up accumulators)."""
+    grid = {
+        16: [(bn, bk, 4, st) for bn in (16, 32, 64, 128) for bk in (128, 256) for st in (3, 4)],
+        32: [(bn, bk, 4, st) for bn in (32, 64, 128) for bk in (64, 128) for st in (3, 4)],
+        64: [(bn, bk, w, 3) for bn in (64, 128) for bk in (64, 128) for w in (4, 8)] + [(64, 64, 4, 4), (128, 64, 8, 4)],
+        128: [(bn, 64, 8, st) for bn in (64, 128, 256) for st in (3, 4)] + [(64, 64, 4, 3)],
+    }[block_m]
+    keep = []
+    for bn, bk, warps, stages in grid:
+        smem = stages * (block_m * bk + num_b_tiles * bk * bn) * 2
+        acc_regs = num_b_tiles * block_m * bn / (warps * 32)
+        if smem <= SMEM_LIMIT and acc_regs <= 128:
+            keep.append(GemmConfig(bn, bk, warps, stages))
+    return keep
+
+
+def time_ms(fn: Callable[[], object]) -> float:
+    return float(do_bench(fn, warmup=3, rep=10, return_mode="median"))
+
+
+def best_of(candidates: list[GemmConfig], run: Callable[[GemmConfig], object], log: list[dict], tag: str) -> tuple:
+    best = (float("inf"), None)
+    for cfg in candidates:
+        try:
+            ms = time_ms(lambda: run(cfg))
+        except Exception as err:  # a tile the compiler rejects (resources) is skipped, not fatal
+            log.append({"tag": tag, "cfg": list(cfg), "error": f"{type(err).__name__}: {str(err)[:120]}"})
+            continue
+        log.append({"tag": tag, "cfg": list(cfg), "ms": ms})
+        best = min(best, (ms, cfg), key=lambda t: t[0])
+    return best
+
+
+def tune_one(shape: Shape, m: int, tensors: dict, log: list[dict]) -> tuple[MoeConfig, float]:
+    x = torch.randn(m, shape.hidden, device="cuda").to(torch.bfloat16)
+    routing = topk_softmax_reference(x @ tensors["router"].T, shape.top_k)
+    w_gate_up, w_down = tensors["w_gate_up"], tensors["w_down"]
+    best: tuple[float, MoeConfig | None] = (float("inf"), None)
+    for block_m in block_m_choices(m * shape.top_k / shape.experts):
+        grouping: MoeAlignment = align_torch(routing.topk_ids, shape.experts, block_m)
+        tag = f"{shape.name} M={m} BM={block_m}"
+        gu_ms, gu_cfg = best_of(gemm_candidates(block_m, 2),
+                                lambda c: gate_up_silu(x, w_gate_up, grouping, shape.top_k, c), log, tag + " gate_up")
+        if gu_cfg is None:
+            continue
+        act = gate_up_silu(x, w_gate_up, grouping, shape.top_k, gu_cfg)
+        dn_ms, dn_cfg = best_of(gemm_candidates(block_m, 1),
+                                lambda c: down_weighted(act, w_down, routing.topk_weights, grouping, c), log,
+                                tag + " down")
+        if dn_cfg is not None and gu_ms + dn_ms < best[0]:
+            best = (gu_ms + dn_ms, MoeConfig(block_m, gu_cfg, dn_cfg, 0))
+    ms, cfg = best
+    if cfg is None:
+        return default_config(m, shape.experts, shape.top_k), float("nan")
+    small = do_bench_cudagraph(lambda: align_triton_small(routing.topk_ids, shape.experts, cfg.block_m), rep=10)
+    big = do_bench_cudagraph(lambda: align_torch(routing.topk_ids, shape.experts, cfg.block_m), rep=10)
+    log.append({"tag": f"{shape.name} M={m} align", "triton_small_ms": small, "torch_ms": big})
+    cfg = cfg._replace(align_small_max_pairs=m * shape.top_k if small < big else 0)
+    return cfg, ms
+
+
+def verify(shape: Shape, m: int, cfg: MoeConfig, tensors: dict) -> float:
+    """rel error of the routed experts with this config against fp32 PyTorch."""
+    x = torch.randn(m, shape.hidden, device="cuda").to(torch.bfloat16)
+    routing = topk_softmax_reference(x @ tensors["router"].T, shape.top_k)
+    out = experts_triton(x, routing, tensors["w_gate_up"], tensors["w_down"], cfg)
+    ref = experts_reference(x.float(), Routing(routing.topk_ids, routing.topk_weights.float()),
+                            tensors["w_gate_up"].float(), tensors["w_down"].float())
+    return float((out.double() - ref.double()).norm() / ref.double().norm())
+
+
+def make_tensors(shape: Shape) -> dict:
+    bf16 = torch.bfloat16
+    return {
+        "router": torch.randn(shape.experts, shape.hidden, device="cuda").to(bf16),
+        "w_gate_up": (torch.randn(shape.experts, 2 * shape.inter, shape.hidden, device="cuda")
+                      / shape.hidden**0.5).to(bf16),
+        "w_down": (torch.randn(shape.experts, shape.hidden, shape.inter, device="cuda") / shape.inter**0.5).to(bf16),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="config JSON to write")
+    parser.add_argument("--log", default=None, help="per-candidate timings JSON")
+    parser.add_argument("--budget-s", type=float, default=240.0, help="stop tuning new batch sizes after this")
+    args = parser.parse_args()
+    start = time.monotonic()
+    result: dict[str, dict[str, dict]] = {}
+    log: list[dict] = []
+    tensors = {shape.name: make_tensors(shape) for shape in SHAPES}
+    for m in BATCH_SIZES:
+        for shape in SHAPES:
+            if time.monotonic() - start > args.budget_s:
+                print(f"budget spent: {shape.name} M={m} left untuned", flush=True)
+                continue
+            t0 = time.monotonic()
+            cfg, ms = tune_one(shape, m, tensors[shape.name], log)
+            err = verify(shape, m, cfg, tensors[shape.name])
+            if not err < 2e-2:
+                print(f"{shape.name} M={m}: tuned config failed verification (rel {err:.2e}); keeping default")
+                cfg = default_config(m, shape.experts, shape.top_k)
+            entry = config_to_json(cfg) | {"gemm_ms": ms, "rel_err": err}
+            result.setdefault(shape_key(shape.experts, shape.hidden, shape.inter, shape.top_k), {})[str(m)] = entry
+            print(f"{shape.name:8s} M={m:5d} {cfg} gemms {ms * 1e3:8.1f} us rel {err:.1e} "
+                  f"({time.monotonic() - t0:.1f} s)", flush=True)
+    for buckets in result.values():  # order buckets by batch size for readers
+        ordered = dict(sorted(buckets.items(), key=lambda kv: int(kv[0])))
+        buckets.clear()
+        buckets.update(ordered)
+    doc = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+        "date": datetime.date.today().isoformat(), "command": "python bench/kernels/tune_moe.py",
+        "shapes": result,
+    }
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    if args.log:
+        with open(args.log, "w") as f:
+            json.dump(log, f)
+    print(f"wrote {args.out} in {time.monotonic() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

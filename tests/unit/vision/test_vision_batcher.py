@@ -1,0 +1,94 @@
+"""EncodeBatcher: concurrent submits share one encoder call within the patch budget; errors and cancels."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from services.vision.batcher import EncodeBatcher
+
+
+class FakeEncoder:
+    """Records each batch; items are ints, their size is their value, results are their doubles."""
+
+    def __init__(self, fail_on: int | None = None, gate: threading.Event | None = None) -> None:
+        self.batches: list[list[int]] = []
+        self.fail_on = fail_on
+        self.gate = gate
+
+    def __call__(self, items: Sequence[int]) -> list[int]:
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.batches.append(list(items))
+        if self.fail_on in items:
+            raise RuntimeError("encoder failed")
+        return [2 * i for i in items]
+
+
+def make(encoder: FakeEncoder, budget: int = 10, wait: float = 0.05) -> EncodeBatcher[int, int]:
+    return EncodeBatcher(encoder, size_of=lambda i: i, max_batch_patches=budget, max_wait_s=wait)
+
+
+def test_concurrent_items_share_one_call() -> None:
+    async def scenario() -> None:
+        encoder = FakeEncoder()
+        batcher = make(encoder)
+        results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3)))
+        await batcher.stop()
+        assert results == [2, 4, 6] and encoder.batches == [[1, 2, 3]]
+
+    asyncio.run(scenario())
+
+
+def test_budget_splits_batches_and_keeps_order() -> None:
+    async def scenario() -> None:
+        encoder = FakeEncoder()
+        batcher = make(encoder, budget=5)
+        results = await asyncio.gather(*(batcher.submit(i) for i in (3, 2, 4, 9)))
+        await batcher.stop()
+        assert results == [6, 4, 8, 18]
+        assert encoder.batches == [[3, 2], [4], [9]]  # 9 is over budget alone and still runs
+
+    asyncio.run(scenario())
+
+
+def test_encoder_error_reaches_every_caller_of_the_batch() -> None:
+    async def scenario() -> None:
+        encoder = FakeEncoder(fail_on=2)
+        batcher = make(encoder)
+        outcomes = await asyncio.gather(*(batcher.submit(i) for i in (1, 2)), return_exceptions=True)
+        assert all(isinstance(o, RuntimeError) for o in outcomes)
+        assert await batcher.submit(3) == 6  # the batcher survives
+        await batcher.stop()
+
+    asyncio.run(scenario())
+
+
+def test_cancelled_caller_is_dropped() -> None:
+    async def scenario() -> None:
+        gate = threading.Event()
+        encoder = FakeEncoder(gate=gate)
+        batcher = make(encoder, budget=1, wait=0.0)
+        first = asyncio.create_task(batcher.submit(1))  # occupies the encoder until the gate opens
+        await asyncio.sleep(0.05)
+        doomed = asyncio.create_task(batcher.submit(1))
+        await asyncio.sleep(0.01)
+        doomed.cancel()
+        gate.set()
+        assert await first == 2
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        assert await batcher.submit(1) == 2
+        await batcher.stop()
+        assert encoder.batches == [[1], [1]]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("kwargs,needle", [({"max_batch_patches": 0}, "max_batch_patches"), ({"max_wait_s": -1.0}, "max_wait_s")])
+def test_bad_settings(kwargs: dict, needle: str) -> None:
+    settings = {"max_batch_patches": 10, "max_wait_s": 0.0, **kwargs}
+    with pytest.raises(ValueError, match=needle):
+        EncodeBatcher(FakeEncoder(), size_of=lambda i: i, **settings)
