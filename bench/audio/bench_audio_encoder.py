@@ -80,6 +80,21 @@ def count_syncs(fn: Callable[[], Any], device: torch.device) -> int | None:
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
+def measure(fn: Callable[[], Any], audio_seconds: float, device: torch.device,
+            args: argparse.Namespace) -> dict[str, Any]:
+    row: dict[str, Any] = timed(fn, device, args.warmup, args.iters)
+    row["peak_gib"] = peak_gib(fn, device)
+    row["host_syncs"] = count_syncs(fn, device)
+    row["audio_s_per_s"] = audio_seconds / (row["median_ms"] / 1e3)
+    return row
+
+
+def _release(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -139,26 +154,17 @@ def main() -> None:
     state = {name: t.detach().to("cpu") for name, t in hf.state_dict().items()}
     hf.to("cpu")  # only one tower's weights on the device while it is measured
     ours = AudioEncoder.from_state_dict(config, state, device, dtype, chunks_per_launch=args.chunks_per_launch)
-    results: dict[str, Any] = {}
+    results = {name: {"clips": len(frames), "audio_seconds": sum(frames) / 100} for name, frames in loads.items()}
     for name, frames in loads.items():
-        fn = run_ours(ours, frames)
-        row = {"clips": len(frames), "audio_seconds": sum(frames) / 100, "ours": timed(fn, device, args.warmup,
-                                                                                      args.iters)}
-        row["ours"]["peak_gib"] = peak_gib(fn, device)
-        row["ours"]["host_syncs"] = count_syncs(fn, device)
-        row["ours"]["audio_s_per_s"] = row["audio_seconds"] / (row["ours"]["median_ms"] / 1e3)
-        row["front_end"] = bench_front_end(frames, device, args)
-        results[name] = row
+        results[name]["ours"] = measure(run_ours(ours, frames), results[name]["audio_seconds"], device, args)
+        results[name]["front_end"] = bench_front_end(frames, device, args)
     del ours
     if not args.skip_hf:
+        _release(device)
         hf.to(device)
         for name, frames in loads.items():
-            fn = run_hf(hf, frames, device, dtype)
             row = results[name]
-            row["transformers"] = timed(fn, device, args.warmup, args.iters)
-            row["transformers"]["peak_gib"] = peak_gib(fn, device)
-            row["transformers"]["host_syncs"] = count_syncs(fn, device)
-            row["transformers"]["audio_s_per_s"] = row["audio_seconds"] / (row["transformers"]["median_ms"] / 1e3)
+            row["transformers"] = measure(run_hf(hf, frames, device, dtype), row["audio_seconds"], device, args)
             row["speedup_vs_transformers"] = row["transformers"]["median_ms"] / row["ours"]["median_ms"]
 
     report = {

@@ -138,27 +138,22 @@ def lowpass_filter(up: int, down: int) -> np.ndarray:
 
 
 def resample(x: np.ndarray, rate_in: int, rate_out: int, block: int = 1 << 16) -> np.ndarray:
-    """Band-limited polyphase resampling of 1-D `x` (computed in x's dtype); output m sits at input time m*rate_in/rate_out.
-
-    Output length ceil(len * rate_out / rate_in); same filter and alignment as scipy.signal.resample_poly's default.
-    """
+    """Band-limited polyphase resampling of 1-D `x`, computed in x's dtype; output m sits at input time
+    m * rate_in / rate_out. Length ceil(len * rate_out / rate_in); scipy.signal.resample_poly's default filter."""
     g = math.gcd(rate_in, rate_out)
     up, down = rate_out // g, rate_in // g
     if up == down:
         return x.copy()
     h = lowpass_filter(up, down).astype(x.dtype)
     half = (h.shape[0] - 1) // 2
-    taps_per_phase = -(-h.shape[0] // up)
-    # bank[s, j] = h[s + j*up]: output m uses phase s = (m*down + half) % up against x[n_hi - j], n_hi = (m*down + half) // up
-    bank = np.zeros(taps_per_phase * up, dtype=x.dtype)
-    bank[:h.shape[0]] = h
-    bank = bank.reshape(taps_per_phase, up).T[:, ::-1]  # reversed so it meets an ascending window of x
+    bank = _phase_bank(h, up)  # [up, J]
+    taps = bank.shape[1]
     n_out = -(-x.shape[0] * up // down)
     last_hi = ((n_out - 1) * down + half) // up
-    xp = np.concatenate([np.zeros(taps_per_phase, x.dtype), x, np.zeros(max(0, last_hi + 2 - x.shape[0]), x.dtype)])
-    windows = np.lib.stride_tricks.sliding_window_view(xp, taps_per_phase)  # windows[w] = xp[w : w + J]
+    xp = np.concatenate([np.zeros(taps, x.dtype), x, np.zeros(max(0, last_hi + 2 - x.shape[0]), x.dtype)])
+    windows = np.lib.stride_tricks.sliding_window_view(xp, taps)  # windows[w] = xp[w : w + J], a view
     y = np.empty(n_out, dtype=x.dtype)
-    for m0 in range(min(up, n_out)):
+    for m0 in range(min(up, n_out)):  # outputs m0, m0 + up, ... share a phase and step `down` inputs apart
         phase, hi0 = (m0 * down + half) % up, (m0 * down + half) // up
         count = len(range(m0, n_out, up))
         for k0 in range(0, count, block):  # bounded temporaries for long clips
@@ -167,3 +162,12 @@ def resample(x: np.ndarray, rate_in: int, rate_out: int, block: int = 1 << 16) -
             rows = windows[hi0 + 1 + k0 * down: hi0 + 1 + (k1 - 1) * down + 1: down]
             y[m0 + k0 * up: m0 + (k1 - 1) * up + 1: up] = rows @ bank[phase]
     return y
+
+
+def _phase_bank(h: np.ndarray, up: int) -> np.ndarray:
+    """[up, J]: row s holds h[s + j*up] for j = J-1 .. 0. Output m, at upsampled time t = m*down, uses phase
+    s = (t + half) % up against x[n_hi - j] with n_hi = (t + half) // up; reversed so it meets ascending x."""
+    taps = -(-h.shape[0] // up)
+    bank = np.zeros(taps * up, dtype=h.dtype)
+    bank[:h.shape[0]] = h
+    return np.ascontiguousarray(bank.reshape(taps, up).T[:, ::-1])

@@ -27,7 +27,7 @@ MAX_ASPECT_RATIO = 200  # the reference smart_resize refuses anything longer
 
 
 class ProcessingSettings(Protocol):
-    """What `VisionMediaConfig.from_processing` reads; `services.vision.processing_config.VisionProcessingConfig` fits."""
+    """What `VisionMediaConfig.from_processing` reads (the vision stage's `VisionProcessingConfig` fits)."""
 
     patch_size: int
     temporal_patch_size: int
@@ -163,7 +163,9 @@ def open_image(data: bytes, field: str, cfg: VisionMediaConfig) -> Image.Image:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own cap below decides
             im = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError:
-        raise InvalidArgument(field, f"declares more than {cfg.max_image_pixels} pixels; send a smaller image") from None
+        raise InvalidArgument(
+            field, f"declares more than {cfg.max_image_pixels} pixels; send a smaller image"
+        ) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         raise InvalidArgument(field, "is not a decodable image; send JPEG, PNG, WebP or GIF bytes") from None
     if im.format not in IMAGE_FORMATS:
@@ -171,7 +173,8 @@ def open_image(data: bytes, field: str, cfg: VisionMediaConfig) -> Image.Image:
     width, height = im.size  # Pillow refuses zero-sized headers as unidentifiable, above
     if width * height > cfg.max_image_pixels:
         raise InvalidArgument(
-            field, f"is {width}x{height} = {width * height} pixels, over the cap of {cfg.max_image_pixels}; downscale it"
+            field,
+            f"is {width}x{height} = {width * height} pixels, over the cap of {cfg.max_image_pixels}; downscale it",
         )
     return im
 
@@ -266,13 +269,18 @@ def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVide
         size = target_size(field, stream.codec_context.height, stream.codec_context.width, cfg, video=True)
         rate = stream.average_rate or stream.guessed_rate
         default_step = 1 / float(rate) if rate else 1 / cfg.video_fps
+        stream.thread_type = "AUTO"  # frame- and slice-threaded decoding where the codec allows it
         selected: list[np.ndarray] = []
+        last_frame: av.VideoFrame | None = None
+        last_pixels = np.empty((0,), np.uint8)
         try:
             for frame in sample_frames(container.decode(stream), cfg.video_fps, default_step):
                 if len(selected) == cfg.video_max_frames:
                     raise InvalidArgument(field, frame_cap_message(cfg))
-                im = frame.to_image().resize((size.width, size.height), Image.Resampling.BICUBIC)
-                selected.append(np.asarray(im, dtype=np.uint8))
+                if frame is not last_frame:  # a source slower than `fps` repeats frames: resize each once
+                    im = frame.to_image().resize((size.width, size.height), Image.Resampling.BICUBIC)
+                    last_frame, last_pixels = frame, np.asarray(im, dtype=np.uint8)
+                selected.append(last_pixels)
         except av.FFmpegError:
             raise InvalidArgument(field, "is a damaged video that cannot be decoded") from None
     if not selected:

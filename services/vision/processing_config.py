@@ -46,7 +46,8 @@ class VisionProcessingConfig:
         for lo, hi in (("image_min_pixels", "image_max_pixels"), ("video_min_pixels", "video_max_pixels")):
             if not 0 < getattr(self, lo) <= getattr(self, hi):
                 raise ValueError(
-                    f"{lo}={getattr(self, lo)} and {hi}={getattr(self, hi)} must satisfy 0 < {lo} <= {hi}; swap or fix them"
+                    f"{lo}={getattr(self, lo)} and {hi}={getattr(self, hi)} must satisfy 0 < {lo} <= {hi}; "
+                    "swap or fix them"
                 )
         for name in ("image_mean", "image_std", "video_mean", "video_std"):
             if len(getattr(self, name)) != 3:
@@ -103,7 +104,9 @@ class VisionProcessingConfig:
         ckpt_dir = Path(ckpt_dir)
         image_path = ckpt_dir / IMAGE_CONFIG_FILE
         if not image_path.exists():
-            raise FileNotFoundError(f"{image_path} is missing; a Qwen3-Omni checkpoint ships its image processor settings there")
+            raise FileNotFoundError(
+                f"{image_path} is missing; a Qwen3-Omni checkpoint ships its image processor settings there"
+            )
         video_path = ckpt_dir / VIDEO_CONFIG_FILE
         video = json.loads(video_path.read_text()) if video_path.exists() else None
         return cls.from_dicts(json.loads(image_path.read_text()), video)

@@ -50,7 +50,9 @@ class VisionTowerConfig:
             )
         bad = [i for i in self.deepstack_visual_indexes if not 0 <= i < self.depth]
         if bad:
-            raise ValueError(f"deepstack_visual_indexes={list(self.deepstack_visual_indexes)} has {bad} outside [0, {self.depth})")
+            raise ValueError(
+                f"deepstack_visual_indexes={list(self.deepstack_visual_indexes)} has {bad} outside [0, {self.depth})"
+            )
         if self.hidden_act not in SUPPORTED_ACTIVATIONS:
             raise ValueError(f"hidden_act={self.hidden_act!r} is not supported; use one of {SUPPORTED_ACTIVATIONS}")
 
@@ -78,6 +80,7 @@ class VisionTowerConfig:
         """From the `vision_config` section of `config.json`; absent keys take the reference defaults."""
         defaults = cls()
         rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+        deepstack = raw.get("deepstack_visual_indexes", defaults.deepstack_visual_indexes)
         theta = rope.get("rope_theta", raw.get("rope_theta", defaults.rope_theta))
         return cls(
             depth=int(raw.get("depth", defaults.depth)),
@@ -90,7 +93,7 @@ class VisionTowerConfig:
             spatial_merge_size=int(raw.get("spatial_merge_size", defaults.spatial_merge_size)),
             out_hidden_size=int(raw.get("out_hidden_size", defaults.out_hidden_size)),
             num_position_embeddings=int(raw.get("num_position_embeddings", defaults.num_position_embeddings)),
-            deepstack_visual_indexes=tuple(int(i) for i in raw.get("deepstack_visual_indexes", defaults.deepstack_visual_indexes)),
+            deepstack_visual_indexes=tuple(int(i) for i in deepstack),
             hidden_act=str(raw.get("hidden_act", defaults.hidden_act)),
             rope_theta=float(theta),
         )

@@ -1,4 +1,4 @@
-"""2-D ("axial") rotary embedding of the vision tower: half the rotary frequencies follow the patch row, half the column."""
+"""The vision tower's 2-D ("axial") rotary embedding: half the frequencies follow the patch row, half the column."""
 from __future__ import annotations
 
 import torch

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from runtime.weights import load_component
@@ -109,7 +110,8 @@ class VisionTower(nn.Module):
         plan = self.plan(grids)
         if tuple(patches.shape) != (plan.num_patches, self.cfg.patch_dim):
             raise ValueError(
-                f"patches has shape {tuple(patches.shape)} but the grids need ({plan.num_patches}, {self.cfg.patch_dim})"
+                f"patches has shape {tuple(patches.shape)} but the grids need "
+                f"({plan.num_patches}, {self.cfg.patch_dim})"
             )
         x = self.patch_embed(patches) + self.positions(plan)  # [N, hidden]
         cos, sin = rotary_cos_sin(plan.frame_coords, self._inv_freq)  # [M, head_dim] per distinct-frame patch
@@ -124,6 +126,6 @@ class VisionTower(nn.Module):
 
     def positions(self, plan: VisionPlan) -> torch.Tensor:
         """Learned positions bilinearly resampled to each grid, [N, hidden] in the tower's dtype."""
-        taps = self.pos_embed.weight[plan.interp_index]  # [M, 4, hidden]
+        taps = F.embedding(plan.interp_index, self.pos_embed.weight)  # [M, 4, hidden]: a plain gather, no sync
         per_frame = (taps * plan.interp_weight[:, :, None]).sum(1).to(self.dtype)  # [M, hidden], summed in fp32
         return per_frame.index_select(0, plan.frame_row)  # [N, hidden]

@@ -12,7 +12,13 @@ from services.audio.features import LogMelExtractor, MelConfig
 from services.audio.lengths import audio_token_count
 from services.audio.model import AudioEncoder
 from tests.parity.audio.audio_reference import (
-    CLIP_SECONDS, MIXED_SAMPLES, RATE, assert_close, clip, hf_audio_features, hf_log_mel,
+    CLIP_SECONDS,
+    MIXED_SAMPLES,
+    RATE,
+    assert_close,
+    clip,
+    hf_audio_features,
+    hf_log_mel,
 )
 
 

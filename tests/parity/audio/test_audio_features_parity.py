@@ -8,7 +8,12 @@ import torch
 
 from services.audio.features import LogMelExtractor, MelConfig
 from tests.parity.audio.audio_reference import (
-    CLIP_SECONDS, MIXED_SAMPLES, RATE, assert_close, clip, hf_log_mel,
+    CLIP_SECONDS,
+    MIXED_SAMPLES,
+    RATE,
+    assert_close,
+    clip,
+    hf_log_mel,
 )
 
 

@@ -35,7 +35,9 @@ def png_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def test_checkpoint_settings_match_the_reference_processor(processing: VisionProcessingConfig, hf_image_processor) -> None:
+def test_checkpoint_settings_match_the_reference_processor(
+    processing: VisionProcessingConfig, hf_image_processor
+) -> None:
     assert processing.image_min_pixels == hf_image_processor.size["shortest_edge"]
     assert processing.image_max_pixels == hf_image_processor.size["longest_edge"]
     assert list(processing.image_mean) == list(hf_image_processor.image_mean)

@@ -37,7 +37,8 @@ def encode_video() -> EncodeVideo:
             stream = out.add_stream(codec, rate=rate)
             stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
             for k in range(num_frames):
-                pixels = rng.integers(0, 256, (height, width, 3), np.uint8) if noise else gray_ramp_frame(k, width, height)
+                noisy = rng.integers(0, 256, (height, width, 3), np.uint8)
+                pixels = noisy if noise else gray_ramp_frame(k, width, height)
                 frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
                 for packet in stream.encode(frame):
                     out.mux(packet)

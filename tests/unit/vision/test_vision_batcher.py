@@ -87,7 +87,9 @@ def test_cancelled_caller_is_dropped() -> None:
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("kwargs,needle", [({"max_batch_patches": 0}, "max_batch_patches"), ({"max_wait_s": -1.0}, "max_wait_s")])
+@pytest.mark.parametrize(
+    "kwargs,needle", [({"max_batch_patches": 0}, "max_batch_patches"), ({"max_wait_s": -1.0}, "max_wait_s")]
+)
 def test_bad_settings(kwargs: dict, needle: str) -> None:
     settings = {"max_batch_patches": 10, "max_wait_s": 0.0, **kwargs}
     with pytest.raises(ValueError, match=needle):

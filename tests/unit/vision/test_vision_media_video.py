@@ -15,7 +15,9 @@ from runtime.errors import InvalidArgument
 FIELD = "messages[1].content[0].video"
 
 
-@pytest.mark.parametrize("fmt,codec", [("mp4", "libx264"), ("mp4", "mpeg4"), ("webm", "libvpx-vp9"), ("matroska", "mpeg4")])
+@pytest.mark.parametrize(
+    "fmt,codec", [("mp4", "libx264"), ("mp4", "mpeg4"), ("webm", "libvpx-vp9"), ("matroska", "mpeg4")]
+)
 def test_containers_sample_at_fps(encode_video, small_media_cfg, fmt, codec) -> None:
     # 30 frames at 10 fps = 3 s; at 2 fps the frames on screen at 0, 0.5, ... 2.5 s are 0, 5, ..., 25.
     out = decode_video(encode_video(fmt, codec, num_frames=30, rate=10), FIELD, small_media_cfg)

@@ -85,7 +85,9 @@ def test_gateway_config_from_processing(tmp_path: Path) -> None:
     assert media.max_image_pixels == 1000 and media.factor == 32
 
 
-@pytest.mark.parametrize("kwargs,needle", [({"video_fps": -1.0}, "video_fps"), ({"max_image_pixels": 0}, "max_image_pixels")])
+@pytest.mark.parametrize(
+    "kwargs,needle", [({"video_fps": -1.0}, "video_fps"), ({"max_image_pixels": 0}, "max_image_pixels")]
+)
 def test_gateway_config_validation(kwargs: dict, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         VisionMediaConfig(**kwargs)

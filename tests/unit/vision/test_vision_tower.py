@@ -85,3 +85,29 @@ def test_attention_backend_choice() -> None:
         select_attention("varlen", torch.device("cpu"), torch.float32)
     with pytest.raises(ValueError, match="not a backend"):
         select_attention("flash3", torch.device("cpu"), torch.float32)
+
+
+def test_varlen_plumbing_with_a_stand_in_kernel(tower: VisionTower, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The varlen backend hands the kernel packed [N, H, D] tensors, int32 cu_seqlens and the host max length."""
+    from services.vision.model import attention
+
+    calls = []
+
+    def stand_in(q, k, v, cu_q, cu_k, max_q, max_k):  # noqa: ANN001, ANN202 - mimics varlen_attn's signature
+        calls.append((cu_q.dtype, max_q, max_k))
+        bounds = cu_q.tolist()
+        outs = [
+            F.scaled_dot_product_attention(*(t[a:b].transpose(0, 1) for t in (q, k, v))).transpose(0, 1)
+            for a, b in zip(bounds, bounds[1:])
+        ]
+        return torch.cat(outs)
+
+    monkeypatch.setattr(attention, "_flash_attn_varlen", lambda: None)
+    monkeypatch.setattr(attention, "_torch_varlen", lambda: stand_in)
+    grids = [Grid(1, 4, 6), Grid(3, 2, 2), Grid(1, 6, 2)]
+    patches = torch.randn(sum(g.num_patches for g in grids), CFG.patch_dim)
+    want = tower(patches, grids)
+    monkeypatch.setattr(tower, "_attend", attention.make_varlen())
+    got = tower(patches, grids)
+    assert calls and calls[0] == (torch.int32, 24, 24)
+    torch.testing.assert_close(got.merged, want.merged, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,104 @@
+"""The thinker's Generate rejects malformed requests with INVALID_ARGUMENT naming the field; keepalive is tolerated."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+import torch
+
+from omnimesh.v1 import common_pb2, thinker_pb2, thinker_pb2_grpc
+from runtime.tensor_codec import encode_tensor
+from tests.integration.mesh_process import Proc
+
+PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
+IMAGE_PAD = 151655
+HIDDEN = 64
+
+
+def start(**fields: object) -> thinker_pb2.GenerateRequest:
+    fields.setdefault("token_ids", PROMPT)
+    fields.setdefault("sampling", common_pb2.SamplingParams(max_tokens=2, temperature=0))
+    return thinker_pb2.GenerateRequest(start=thinker_pb2.GenerateStart(request_id="t", **fields))
+
+
+def image_prompt() -> list[int]:
+    return [151644, 872, 198, 151652, *[IMAGE_PAD] * 4, 151653, 151645, 198, 151644, 77091, 198]
+
+
+IMAGE_SPAN = thinker_pb2.MediaSpan(kind=thinker_pb2.MEDIA_KIND_IMAGE, offset=4, length=4, grid_thw=[1, 4, 4])
+
+
+def media(name: str, t: torch.Tensor) -> list[thinker_pb2.GenerateRequest]:
+    return [thinker_pb2.GenerateRequest(media=c) for c in encode_tensor(name, t)]
+
+
+def tensors_for_image(rows: int = 4) -> list[thinker_pb2.GenerateRequest]:
+    msgs = media("media.0.embeddings", torch.zeros(rows, HIDDEN))
+    for k in range(3):
+        msgs += media(f"media.0.deepstack.{k}", torch.zeros(rows, HIDDEN))
+    return msgs
+
+
+CASES = {
+    "start": [thinker_pb2.GenerateRequest(media=common_pb2.Tensor(name="x"))],
+    "start.token_ids": [start(token_ids=[])],
+    "start.token_ids ": [start(token_ids=[1, 10**7])],
+    "start.media[0]": [start(token_ids=image_prompt(), media=[thinker_pb2.MediaSpan(
+        kind=thinker_pb2.MEDIA_KIND_IMAGE, offset=2, length=4, grid_thw=[1, 4, 4])])],
+    "start.media[0].kind": [start(token_ids=image_prompt(), media=[thinker_pb2.MediaSpan(offset=4, length=4)])],
+    "start.media[0].grid_thw": [start(token_ids=image_prompt(), media=[thinker_pb2.MediaSpan(
+        kind=thinker_pb2.MEDIA_KIND_IMAGE, offset=4, length=4)])],
+    "start.media[0] ": [start(token_ids=image_prompt(), media=[thinker_pb2.MediaSpan(
+        kind=thinker_pb2.MEDIA_KIND_IMAGE, offset=4, length=40, grid_thw=[1, 4, 4])])],
+    "media[media.0.embeddings]": [start(token_ids=image_prompt(), media=[IMAGE_SPAN])],
+    "media[media.0.embeddings] ": [start(token_ids=image_prompt(), media=[IMAGE_SPAN]), *tensors_for_image(3)],
+    "start ": [start(), start()],
+    "media": [start(token_ids=image_prompt(), media=[IMAGE_SPAN]), tensors_for_image()[0].__class__(
+        media=common_pb2.Tensor(name="media.0.embeddings", dtype=common_pb2.DTYPE_FLOAT32, shape=[4, HIDDEN],
+                                data=b"\0" * 16, chunk_index=0, chunk_count=2))],
+    "start.sampling.top_p": [start(sampling=common_pb2.SamplingParams(top_p=0))],
+    "start.token_ids  ": [start(token_ids=[9707] * 1024)],
+}
+
+
+async def generate(addr: str, messages: list[thinker_pb2.GenerateRequest], **kw: object) -> list:
+    async def it():
+        for m in messages:
+            yield m
+
+    async with grpc.aio.insecure_channel(addr) as channel:
+        return [r async for r in thinker_pb2_grpc.ThinkerStub(channel).Generate(it(), **kw)]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_malformed_generate_is_invalid_argument(mesh: Proc, case: str) -> None:
+    addr = f"127.0.0.1:{mesh.ports['thinker']['grpc_port']}"
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        asyncio.run(generate(addr, CASES[case]))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith(case.strip()), err.value.details()
+
+
+def test_image_prompt_with_its_embeddings_generates(mesh: Proc) -> None:
+    addr = f"127.0.0.1:{mesh.ports['thinker']['grpc_port']}"
+    out = asyncio.run(generate(addr, [start(token_ids=image_prompt(), media=[IMAGE_SPAN]), *tensors_for_image()]))
+    assert out[-1].finished.usage.completion_tokens == 2
+
+
+def test_aggressive_client_keepalive_survives_a_silent_stream(mesh: Proc) -> None:
+    """A client pinging every second while the server says nothing for 3 s must not be cut off (ops-notes)."""
+    addr = f"127.0.0.1:{mesh.ports['thinker']['grpc_port']}"
+
+    async def scenario() -> list:
+        async def it():
+            yield start()
+            await asyncio.sleep(3.0)  # the thinker waits for media: the stream is silent
+
+        options = [("grpc.keepalive_time_ms", 1000), ("grpc.keepalive_permit_without_calls", 1),
+                   ("grpc.http2.max_pings_without_data", 0)]
+        async with grpc.aio.insecure_channel(addr, options=options) as channel:
+            return [r async for r in thinker_pb2_grpc.ThinkerStub(channel).Generate(it())]
+
+    out = asyncio.run(scenario())
+    assert out[-1].HasField("finished")
