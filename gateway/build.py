@@ -1,6 +1,7 @@
 """Assembles the gateway: stage channels, prompt builder, OmniService and its servicer on a StageServer."""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,7 +10,11 @@ from runtime.build_info import build_string
 from runtime.channels import open_channel
 from runtime.config import MeshConfig
 from runtime.server import StageServer
+from services.vision.processing_config import VisionProcessingConfig  # moves to runtime/ with the vision stage
+from gateway.clients.encoders import AudioClient, VisionClient
 from gateway.clients.thinker import ThinkerClient
+from gateway.media.vision import VisionMediaConfig
+from gateway.media_prep import MediaPipeline
 from gateway.prompt import PromptBuilder
 from gateway.service import OmniService
 from gateway.servicer import OmniServicer
@@ -23,13 +28,29 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer) 
                          "(e.g. 127.0.0.1:50052 or dns:///thinker:50051); pass --thinker-addr")
     thinker_channel = open_channel(mesh.thinker.address, mesh.gateway.server.max_message_bytes)
     thinker = ThinkerClient(thinker_channel, server.metrics)
-    served_inputs: frozenset[str] = frozenset()  # encoder routing lands with the vision and audio stages
-    service = OmniService(PromptBuilder.from_dir(model_dir), thinker, server.metrics, mesh.gateway.stage_timeout_s,
-                          served_inputs, serves_audio_out=False)
+    media = build_media_pipeline(mesh, model_dir, server)
+    service = OmniService(PromptBuilder.from_dir(model_dir), thinker, media, server.metrics,
+                          mesh.gateway.stage_timeout_s, serves_audio_out=False)
+    served_inputs = media.served_inputs
     info = omni_pb2.OmniInfo(
         gateway=common_pb2.StageInfo(stage="gateway", replica=server.replica, model=mesh.model, build=build_string()),
         input_modalities=["text", *sorted(served_inputs)], output_modalities=[omni_pb2.MODALITY_TEXT])
     server.add_service(omni_pb2_grpc.add_OmniServicer_to_server, OmniServicer(service, mesh.gateway, info),
                        SERVICE_NAME)
     return lambda: None
+
+
+def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer) -> MediaPipeline:
+    """Media input is served once its encoder stage is enabled and has an address to route to."""
+    gw = mesh.gateway
+    vision = audio = vision_cfg = None
+    if mesh.vision.enabled and mesh.vision.address:
+        vision = VisionClient(open_channel(mesh.vision.address, gw.server.max_message_bytes), server.metrics)
+        vision_cfg = VisionMediaConfig.from_processing(VisionProcessingConfig.from_checkpoint(model_dir),
+                                                       video_max_frames=gw.max_video_frames)
+    if mesh.audio.enabled and mesh.audio.address:
+        audio = AudioClient(open_channel(mesh.audio.address, gw.server.max_message_bytes), server.metrics)
+    num_deepstack = len(json.loads((model_dir / "config.json").read_text())["thinker_config"]["vision_config"]
+                        .get("deepstack_visual_indexes", []))
+    return MediaPipeline(vision_cfg, vision, num_deepstack, audio, gw.max_audio_seconds)
 

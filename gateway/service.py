@@ -11,6 +11,7 @@ from runtime.errors import InvalidArgument, Unimplemented
 from runtime.metrics import Metrics
 from gateway.chat_input import ChatInput
 from gateway.clients.thinker import TextChunk, ThinkerClient, ThinkerDone, ThinkerPrompt
+from gateway.media_prep import MediaPipeline, thinker_media
 from gateway.prompt import PromptBuilder
 
 log = logging.getLogger(__name__)
@@ -39,21 +40,17 @@ ChatEventOut = TextEvent | UsageEvent | DoneEvent
 class OmniService:
     """Routes a request: builds the prompt, calls the thinker, and orders what comes back."""
 
-    def __init__(self, prompts: PromptBuilder, thinker: ThinkerClient, metrics: Metrics, stage_timeout_s: float,
-                 served_inputs: frozenset[str], serves_audio_out: bool) -> None:
+    def __init__(self, prompts: PromptBuilder, thinker: ThinkerClient, media: MediaPipeline, metrics: Metrics,
+                 stage_timeout_s: float, serves_audio_out: bool) -> None:
         self.prompts = prompts
         self.thinker = thinker
+        self.media = media
         self.metrics = metrics
         self.stage_timeout_s = stage_timeout_s
         self._max_model_len: int | None = None  # from the thinker's Info, fetched on first use
-        self.served_inputs = served_inputs
         self.serves_audio_out = serves_audio_out
 
     def check_served(self, chat: ChatInput) -> None:
-        for media in chat.media:
-            if media.kind not in self.served_inputs:
-                raise Unimplemented(f"{media.field}: {media.kind} input is not served by this deployment "
-                                    f"(it serves {', '.join(sorted(self.served_inputs)) or 'text only'})")
         if chat.want_audio and not self.serves_audio_out:
             raise Unimplemented("output_modalities: audio output is not served by this deployment (no talker stage)")
 
@@ -64,17 +61,21 @@ class OmniService:
         return self._max_model_len
 
     async def chat(self, chat: ChatInput, timeout: float | None) -> AsyncIterator[ChatEventOut]:
+        t0 = time.monotonic()
         self.check_served(chat)
-        prompt = self.prompts.build(chat, media_token_counts=[])
+        decoded = await self.media.decode(chat.media)
+        prompt = self.prompts.build(chat, media_token_counts=[d.num_tokens for d in decoded])
         context_len = await self.max_model_len()
         if len(prompt.ids) >= context_len:
             raise InvalidArgument("messages", f"the prompt is {len(prompt.ids)} tokens; the model's context is "
                                   f"{context_len} tokens and must leave room for at least one new token")
-        t0 = time.monotonic()
+        encoded = await self.media.encode(chat.request_id, decoded, timeout) if decoded else []
+        spans, tensors = thinker_media(prompt.spans, decoded, encoded)
+        thinker_prompt = ThinkerPrompt(chat.request_id, prompt.ids, spans, tensors, chat.use_audio_in_video)
         last = None
         m = self.metrics
-        async for out in self.thinker.generate(ThinkerPrompt(chat.request_id, prompt.ids), chat.sampling,
-                                               want_conditioning=False, timeout=timeout):
+        async for out in self.thinker.generate(thinker_prompt, chat.sampling, want_conditioning=False,
+                                               timeout=timeout):
             if isinstance(out, TextChunk):
                 now = time.monotonic()
                 if last is None:

@@ -76,6 +76,28 @@ class StageConfig:
 
 
 @dataclass(frozen=True)
+class VisionEncoderConfig:
+    """Vision stage knobs: how items of concurrent requests batch into one tower forward, and the request cap."""
+
+    max_batch_patches: int = 65536  # patches in one forward; a 60 s, 2 fps, 448x448 video (47,040) runs whole
+    max_request_patches: int = 262144  # patches in one Encode call: 65,536 tokens, the released thinker's context
+    batch_wait_ms: float = 5.0  # how long a forward waits for more items once the first one is queued
+
+    def __post_init__(self) -> None:
+        _check(self.max_batch_patches >= 1, "max_batch_patches", self.max_batch_patches, "use a value >= 1")
+        _check(self.max_request_patches >= 1, "max_request_patches", self.max_request_patches, "use a value >= 1")
+        _check(self.batch_wait_ms >= 0, "batch_wait_ms", self.batch_wait_ms, "use a value >= 0 (0: no waiting)")
+
+
+@dataclass(frozen=True)
+class VisionStageConfig(StageConfig):
+    """The vision stage: a StageConfig plus its encoder knobs (`engine` is unused here)."""
+
+    enabled: bool = False
+    encoder: VisionEncoderConfig = field(default_factory=VisionEncoderConfig)
+
+
+@dataclass(frozen=True)
 class SamplingDefaults:
     """What a request gets for every sampling field it leaves unset."""
 
@@ -100,9 +122,14 @@ class GatewayConfig:
     api_keys: tuple[str, ...] = ()  # empty: no authentication
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     stage_timeout_s: float = 5.0  # how long to wait for a stage connection before UNAVAILABLE
+    max_audio_seconds: float = 600.0  # longest audio clip (or video sound track) a request may carry
+    max_video_frames: int = 768  # most frames sampled from one video
 
     def __post_init__(self) -> None:
         _check(self.stage_timeout_s > 0, "stage_timeout_s", self.stage_timeout_s, "use a positive number of seconds")
+        _check(self.max_audio_seconds > 0, "max_audio_seconds", self.max_audio_seconds, "use a positive duration")
+        _check(self.max_video_frames >= 2, "max_video_frames", self.max_video_frames,
+               "use at least 2 (one temporal patch)")
 
 
 @dataclass(frozen=True)
@@ -112,7 +139,7 @@ class MeshConfig:
     model: str = "demo"  # checkpoint directory, or "demo" for the built-in demo checkpoint
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     thinker: StageConfig = field(default_factory=StageConfig)
-    vision: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
+    vision: VisionStageConfig = field(default_factory=VisionStageConfig)
     audio: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
     talker: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
 
@@ -148,7 +175,7 @@ def from_dict(cls: type, data: dict[str, Any], path: str = "") -> Any:
     try:
         return cls(**kwargs)
     except ValueError as e:
-        raise ValueError(f"{path}{e}" if path else str(e)) from None
+        raise ValueError(str(e).replace("config field ", f"config field {path}", 1)) from None  # the dotted key
     except TypeError as e:
         raise ValueError(f"config section {path or '<root>'}: {e}") from None
 

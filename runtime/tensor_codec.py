@@ -1,6 +1,7 @@
 """Tensors on the wire: torch <-> omnimesh.v1.Tensor, split into chunks of at most 1 MiB and reassembled."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -100,7 +101,7 @@ class TensorAssembler:
 
     def _finish(self, field_name: str, part: _Partial) -> torch.Tensor:
         dtype = _PB_TO_TORCH[part.dtype]
-        expected = int(np.prod(part.shape, dtype=np.int64)) * _element_size(dtype)
+        expected = math.prod(part.shape) * _element_size(dtype)  # Python ints: a huge shape must not wrap around
         if expected > self._max_bytes:
             raise InvalidArgument(field_name, f"{expected} bytes exceed the limit of {self._max_bytes}")
         data = b"".join(part.parts)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import multiprocessing
+import os
 import time
 from typing import Callable, NamedTuple
 
@@ -58,7 +60,8 @@ def gemm_candidates(block_m: int, num_b_tiles: int) -> list[GemmConfig]:
     grid = {
         16: [(bn, bk, 4, st) for bn in (16, 32, 64, 128) for bk in (128, 256) for st in (3, 4)],
         32: [(bn, bk, 4, st) for bn in (32, 64, 128) for bk in (64, 128) for st in (3, 4)],
-        64: [(bn, bk, w, 3) for bn in (64, 128) for bk in (64, 128) for w in (4, 8)] + [(64, 64, 4, 4), (128, 64, 8, 4)],
+        64: [(bn, bk, w, 3) for bn in (64, 128) for bk in (64, 128) for w in (4, 8)]
+        + [(64, 64, 4, 4), (128, 64, 8, 4)],
         128: [(bn, 64, 8, st) for bn in (64, 128, 256) for st in (3, 4)] + [(64, 64, 4, 3)],
     }[block_m]
     keep = []
@@ -125,6 +128,45 @@ def verify(shape: Shape, m: int, cfg: MoeConfig, tensors: dict) -> float:
     return float((out.double() - ref.double()).norm() / ref.double().norm())
 
 
+_WORKER_WEIGHTS: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def precompile_one(task: tuple[str, Shape, int, GemmConfig]) -> str:
+    """Compile one candidate in a worker process by launching it once on uninitialised weights (values unused)."""
+    kind, shape, block_m, cfg = task
+    try:
+        if shape.name not in _WORKER_WEIGHTS:
+            _WORKER_WEIGHTS[shape.name] = (
+                torch.empty(shape.experts, 2 * shape.inter, shape.hidden, device=DEVICE, dtype=DTYPE),
+                torch.empty(shape.experts, shape.hidden, shape.inter, device=DEVICE, dtype=DTYPE),
+            )
+        w_gate_up, w_down = _WORKER_WEIGHTS[shape.name]
+        ids = torch.arange(shape.top_k, device=DEVICE, dtype=torch.int32)[None, :]
+        grouping = align_torch(ids, shape.experts, block_m)
+        x = torch.zeros(1, shape.hidden, device=DEVICE, dtype=DTYPE)
+        if kind == "gate_up":
+            gate_up_silu(x, w_gate_up, grouping, shape.top_k, cfg)
+        else:
+            act = torch.zeros(grouping.sorted_ids.numel(), shape.inter, device=DEVICE, dtype=DTYPE)
+            down_weighted(act, w_down, torch.ones(1, shape.top_k, device=DEVICE, dtype=DTYPE), grouping, cfg)
+        torch.cuda.synchronize()
+        return "ok"
+    except Exception as err:  # noqa: BLE001  rejected tiles are skipped later too
+        return f"{kind} {block_m} {cfg}: {type(err).__name__}"
+
+
+def precompile(workers: int) -> None:
+    """Fill Triton's on-disk cache with every candidate in parallel: compiling is most of the tuning time."""
+    tasks = [(kind, shape, block_m, cfg) for shape in SHAPES for block_m in (16, 32, 64, 128)
+             for kind, tiles in (("gate_up", 2), ("down", 1)) for cfg in gemm_candidates(block_m, tiles)]
+    t0 = time.monotonic()
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        results = pool.map(precompile_one, tasks, chunksize=1)
+    failed = [r for r in results if r != "ok"]
+    print(f"precompiled {len(tasks)} candidates with {workers} workers in {time.monotonic() - t0:.0f} s; "
+          f"{len(failed)} rejected: {failed[:6]}", flush=True)
+
+
 def make_tensors(shape: Shape) -> dict:
     return {
         "router": torch.randn(shape.experts, shape.hidden, device=DEVICE).to(DTYPE),
@@ -139,8 +181,11 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="config JSON to write")
     parser.add_argument("--log", default=None, help="per-candidate timings JSON")
     parser.add_argument("--budget-s", type=float, default=240.0, help="stop tuning new batch sizes after this")
+    parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="parallel compiles (0: none)")
     args = parser.parse_args()
     start = time.monotonic()
+    if args.workers > 0:
+        precompile(args.workers)
     result: dict[str, dict[str, dict]] = {}
     log: list[dict] = []
     tensors = {shape.name: make_tensors(shape) for shape in SHAPES}

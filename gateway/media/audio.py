@@ -41,8 +41,10 @@ def decode_audio(data: bytes, field: str, max_seconds: float = DEFAULT_MAX_SECON
         raise InvalidArgument(field, "audio is empty (0 bytes); send a non-empty audio file")
     try:
         samples, rate = _decode_soundfile(data, field, max_seconds)
-    except (sf.LibsndfileError, RuntimeError, TypeError):
-        samples, rate = _decode_pyav(data, field, max_seconds, video=False)  # type: ignore[misc]
+    except (sf.LibsndfileError, RuntimeError, TypeError):  # not a libsndfile format: M4A and other containers
+        decoded = _decode_pyav(data, field, max_seconds, video=False)
+        assert decoded is not None  # for audio, a missing stream raises instead
+        samples, rate = decoded
     return _finish(samples, rate, field)
 
 
@@ -115,16 +117,22 @@ def _read_frames(container: av.container.InputContainer, stream: av.AudioStream,
             if to_float is None:  # sample format only, same rate and layout: resampling is ours
                 to_float = av.AudioResampler(format="fltp", layout=frame.layout.name, rate=frame.sample_rate)
                 rate = frame.sample_rate
-            for planar in to_float.resample(frame):
-                chunks.append(planar.to_ndarray().T)  # [n, channels]
-                total += chunks[-1].shape[0]
+            total += _append_planar(chunks, to_float.resample(frame))
             if total > max_seconds * rate:
                 raise _too_long(field, total / rate, max_seconds)
+        if to_float is not None:
+            _append_planar(chunks, to_float.resample(None))  # flush what the converter buffered
     except av.error.FFmpegError as e:
         raise InvalidArgument(field, f"the audio stream is corrupt: {e}") from None
     if not chunks:
         raise InvalidArgument(field, "audio is empty (no samples decoded); send a non-empty audio file")
     return np.concatenate(chunks).astype(np.float32, copy=False), rate
+
+
+def _append_planar(chunks: list[np.ndarray], frames: list[av.AudioFrame]) -> int:
+    for frame in frames:
+        chunks.append(frame.to_ndarray().T)  # [n, channels]
+    return sum(frame.samples for frame in frames)
 
 
 def lowpass_filter(up: int, down: int) -> np.ndarray:

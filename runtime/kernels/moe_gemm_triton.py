@@ -1,4 +1,4 @@
-"""Triton grouped GEMMs for MoE experts: gate_up with the SwiGLU fused in its epilogue, and down with the routing weight."""
+"""Triton grouped GEMMs for the MoE experts: gate_up with SwiGLU fused in its epilogue; down with the routing weight."""
 from __future__ import annotations
 
 import torch
@@ -9,7 +9,7 @@ from runtime.kernels.moe_align import MoeAlignment
 from runtime.kernels.moe_config import GemmConfig
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs"])  # one compile for every batch size
 def _gate_up_silu_kernel(
     x_ptr, w_ptr, act_ptr, sorted_ids_ptr, expert_ids_ptr, num_padded_ptr,
     N, K, num_pairs, top_k,
@@ -54,7 +54,7 @@ def _gate_up_silu_kernel(
     tl.store(out_ptrs, act.to(act_ptr.dtype.element_ty), mask=n_ok[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs"])
 def _down_weighted_kernel(
     act_ptr, w_ptr, out_ptr, topk_w_ptr, sorted_ids_ptr, expert_ids_ptr, num_padded_ptr,
     N, K, num_pairs,

@@ -23,7 +23,7 @@ class SharedExpert(NamedTuple):
 
 
 def topk_softmax_reference(logits: torch.Tensor, top_k: int, norm_topk_prob: bool = True) -> Routing:
-    """Softmax over experts in fp32, top-k, optional renormalisation to sum 1, weights cast back to the logits' dtype."""
+    """Softmax over experts in fp32, top-k, optional renormalisation to sum 1, weights cast to the logits' dtype."""
     probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # [T, E]
     weights, ids = torch.topk(probs, top_k, dim=-1)  # [T, k]
     if norm_topk_prob:

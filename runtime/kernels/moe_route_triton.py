@@ -1,4 +1,4 @@
-"""Triton kernels for MoE routing: fused softmax/top-k/renormalise, and a one-program expert grouping for small batches."""
+"""Triton MoE routing kernels: fused softmax/top-k/renormalise, and a one-program expert grouping for small batches."""
 from __future__ import annotations
 
 import torch
@@ -10,7 +10,7 @@ from runtime.kernels.moe_align import MoeAlignment, cdiv, padded_bound
 from runtime.kernels.moe_reference import Routing
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens"])  # one compile for every batch size
 def _topk_softmax_kernel(
     logits_ptr, ids_ptr, weights_ptr,
     num_tokens, num_experts, stride_lt,
@@ -26,7 +26,7 @@ def _topk_softmax_kernel(
     x_max = tl.max(x, 1)
     p = tl.exp(x - x_max[:, None])
     p = p / tl.sum(p, 1)[:, None]
-    p = tl.where(mask, p, -1.0)  # padding columns are never picked (-1e30, not -inf: no NaN in padding rows)
+    p = tl.where(mask, p, -1.0)  # padding columns are never picked; -1e30 above, not -inf, keeps padding rows NaN-free
     kcols = tl.arange(0, K_PAD)
     top_w = tl.zeros([BLOCK_T, K_PAD], dtype=tl.float32)
     top_i = tl.zeros([BLOCK_T, K_PAD], dtype=tl.int32)
@@ -59,7 +59,7 @@ def topk_softmax_triton(logits: torch.Tensor, top_k: int, norm_topk_prob: bool =
     return Routing(ids, weights)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs", "max_padded", "max_blocks"])
 def _align_small_kernel(
     topk_ids_ptr, sorted_ids_ptr, expert_ids_ptr, num_padded_ptr,
     num_pairs, num_experts, max_padded, max_blocks,

@@ -1,4 +1,4 @@
-"""The Triton MoE forward: router GEMM, fused top-k, expert grouping, two grouped GEMMs and the top-k sum; no host sync."""
+"""The Triton MoE forward: router GEMM, fused top-k, expert grouping, two grouped GEMMs, top-k sum; no host sync."""
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,4 @@
-"""Triton attention over a paged KV cache: packed varlen queries (prefill, chunks, decode rows), GQA, optional KV split."""
+"""Triton attention over a paged KV cache: packed varlen queries (prefill, chunks, decode rows), GQA, KV splits."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +13,7 @@ from runtime.kernels._backend import next_power_of_2
 LOG2E = 1.4426950408889634
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_q_tokens"])  # one compile for every batch size
 def _paged_attn_kernel(
     q_ptr, k_ptr, v_ptr, block_tables_ptr, kv_lens_ptr, cu_q_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
@@ -79,7 +79,7 @@ def _paged_attn_kernel(
         tl.store(part_out_ptr + lse_idx[:, None] * HEAD_DIM + d[None, :], o, mask=row_ok[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_q_tokens"])
 def _merge_splits_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, num_q_tokens, num_q_heads, stride_ot, stride_oh,
     NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -129,7 +129,8 @@ def paged_attention_triton(
     rows = next_power_of_2(max(16, block_q * group))
     q_tiles = triton.cdiv(max_seqlen_q, block_q)
     if num_splits is None:
-        num_splits = choose_splits(q_tiles * batch * num_kv_heads, max_blocks * block_size, num_sms(q.device.index or 0))
+        programs = q_tiles * batch * num_kv_heads
+        num_splits = choose_splits(programs, max_blocks * block_size, num_sms(q.device.index or 0))
     out = torch.empty_like(q)
     part_out = part_lse = out  # unused when not split
     if num_splits > 1:

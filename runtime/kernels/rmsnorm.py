@@ -1,4 +1,4 @@
-"""RMSNorm entry points (residual-add fused; q/k per-head norm + rotary fused): Triton on CUDA, the reference otherwise."""
+"""RMSNorm entry points (residual add fused; q/k head norm + rotary fused): Triton on CUDA, the reference otherwise."""
 from __future__ import annotations
 
 import torch

@@ -31,6 +31,11 @@ def kubernetes_validate() -> Path:
 
 
 @pytest.fixture(scope="session")
+def yamllint() -> Path:
+    return _require("yamllint")
+
+
+@pytest.fixture(scope="session")
 def hadolint() -> Path:
     return _require("hadolint")
 

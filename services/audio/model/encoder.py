@@ -12,13 +12,15 @@ from services.audio.model.config import AudioEncoderConfig
 from services.audio.model.layers import EncoderLayer, activation
 from services.audio.model.plan import DEFAULT_CHUNKS_PER_LAUNCH, AudioBatchPlan, plan_batch
 from services.audio.model.stem import ConvStem, sinusoid_table
+from services.audio.transfer import to_device
 
 WEIGHT_PREFIX = "thinker.audio_tower."
 
 
 class AudioEncoder(nn.Module):
-    """Qwen3-Omni's AuT. Input: a list of clips, each a [mel_bins, T_i] log-mel on the encoder's device. Output: one
-    [audio_token_count(T_i), output_dim] tensor per clip (views of one packed tensor; `encode` returns it packed).
+    """Qwen3-Omni's AuT. Input: a list of clips, each a [mel_bins, T_i] log-mel (on the encoder's device for a
+    sync-free forward; host tensors are copied over). Output: one [audio_token_count(T_i), output_dim] tensor per
+    clip, views of one packed tensor (`encode` returns it packed, in clip order).
 
     A clip's output does not depend on the other clips in the batch (see `plan.py` for the padding rule).
     """
@@ -82,7 +84,7 @@ class AudioEncoder(nn.Module):
         if plan.cu_seqlens.device != self.device:
             plan = plan.to(self.device, self.dtype)
         zero = mels[0].new_zeros(mels[0].shape[0], 1)  # every padded frame index points here
-        mel = torch.cat([*mels, zero], dim=1).to(self.dtype)  # [M, total_frames + 1]
+        mel = to_device(torch.cat([*mels, zero], dim=1), self.device, self.dtype)  # [M, total_frames + 1]
         hidden = mel.new_empty(plan.num_tokens, self.config.d_model)
         for launch in plan.launches:  # bounded working set: a 10-minute clip runs as several stem launches
             hidden[launch.token_offset:launch.token_offset + launch.num_tokens] = self.stem(mel, launch)

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from services.audio.lengths import audio_token_count, stem_output_length
@@ -94,85 +95,90 @@ class AudioBatchPlan:
         return present, rebuild
 
 
-@dataclass(frozen=True)
-class _Chunk:
-    start: int  # first frame in the packed mel
-    frames: int
-    conv_frames: int  # length the chunk is convolved at: a full chunk, or a short clip's own length
-
-
 def plan_batch(
     frame_counts: list[int] | tuple[int, ...],
     config: AudioEncoderConfig,
     chunks_per_launch: int = DEFAULT_CHUNKS_PER_LAUNCH,
 ) -> AudioBatchPlan:
-    """The plan for clips of `frame_counts` mel frames, packed in that order. Pure host work; no device is touched."""
-    if not frame_counts:
+    """The plan for clips of `frame_counts` mel frames, packed in that order. Pure host work (numpy, vectorised:
+    it sits on the latency path of every forward); no device is touched."""
+    if len(frame_counts) == 0:
         raise ValueError("plan_batch needs at least one clip")
     if min(frame_counts) < 1:
         raise ValueError(f"every clip needs at least one mel frame, got frame_counts={list(frame_counts)}")
     if chunks_per_launch < 1:
         raise ValueError(f"chunks_per_launch must be >= 1, got {chunks_per_launch}")
     chunk = config.chunk_frames
-    token_counts = tuple(audio_token_count(t, chunk) for t in frame_counts)
-    chunks = _chunks(frame_counts, chunk)
-    total_frames = sum(frame_counts)
+    frames = np.asarray(frame_counts, dtype=np.int64)
+    token_counts = tuple(audio_token_count(int(t), chunk) for t in frames)
+    start, length, conv_length = _chunks(frames, chunk)
+    total_frames = int(frames.sum())
     launches: list[ConvLaunch] = []
     offset = 0
-    for first in range(0, len(chunks), chunks_per_launch):
-        launch = _launch(chunks[first:first + chunks_per_launch], total_frames, offset)
+    for first in range(0, start.shape[0], chunks_per_launch):
+        part = slice(first, first + chunks_per_launch)
+        launch = _launch(start[part], length[part], conv_length[part], total_frames, offset)
         launches.append(launch)
         offset += launch.num_tokens
-    return AudioBatchPlan(tuple(frame_counts), token_counts, tuple(launches), **_windows(token_counts, config))
+    return AudioBatchPlan(tuple(int(t) for t in frames), token_counts, tuple(launches),
+                          **_windows(np.asarray(token_counts), config.window_tokens))
 
 
-def _chunks(frame_counts: list[int] | tuple[int, ...], chunk: int) -> list[_Chunk]:
-    chunks: list[_Chunk] = []
-    start = 0
-    for frames in frame_counts:
-        conv_frames = min(frames, chunk)
-        for begin in range(0, frames, chunk):
-            chunks.append(_Chunk(start + begin, min(chunk, frames - begin), conv_frames))
-        start += frames
-    return chunks
+def _ceil_div(a: np.ndarray | int, b: int) -> np.ndarray:
+    return -(-np.asarray(a) // b)
 
 
-def _launch(chunks: list[_Chunk], total_frames: int, token_offset: int) -> ConvLaunch:
-    pad = max(c.conv_frames for c in chunks)
-    slots = torch.arange(pad)
-    starts = torch.tensor([c.start for c in chunks])[:, None]  # [K, 1]
-    frames = torch.tensor([c.frames for c in chunks])[:, None]  # [K, 1]
-    frame_index = torch.where(slots < frames, starts + slots, total_frames).reshape(-1)  # [K * pad]
+def _segments(lengths: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut each of `lengths` into pieces of `size` (the last shorter): (owner of each piece, piece index in owner)."""
+    pieces = _ceil_div(lengths, size)  # [B]
+    owner = np.repeat(np.arange(lengths.shape[0]), pieces)  # [P]
+    index = np.arange(owner.shape[0]) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # [P]
+    return owner, index
+
+
+def _chunks(frames: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per chunk: first packed frame, frames, and the length it is convolved at (a full chunk or a short clip's own)."""
+    clip, index = _segments(frames, chunk)
+    clip_start = np.cumsum(frames) - frames  # [B]
+    start = clip_start[clip] + index * chunk
+    length = np.minimum(chunk, frames[clip] - index * chunk)
+    conv_length = np.minimum(frames, chunk)[clip]
+    return start, length, conv_length
+
+
+def _launch(start: np.ndarray, length: np.ndarray, conv_length: np.ndarray, total_frames: int,
+            token_offset: int) -> ConvLaunch:
+    pad = int(conv_length.max())
+    slots = np.arange(pad)[None, :]  # [1, P]
+    frame_index = np.where(slots < length[:, None], start[:, None] + slots, total_frames).reshape(-1)  # [K * P]
     masks = None
-    if any(c.conv_frames < pad for c in chunks):
-        lengths = torch.tensor([c.conv_frames for c in chunks])[:, None]  # [K, 1]
+    if (conv_length < pad).any():
         masks = tuple(
-            (torch.arange(-(-pad // s)) < -(-lengths // s)).float().reshape(len(chunks), 1, 1, -1) for s in (2, 4)
+            torch.from_numpy(
+                (np.arange(_ceil_div(pad, s)) < _ceil_div(conv_length, s)[:, None]).astype(np.float32)
+            ).view(-1, 1, 1, int(_ceil_div(pad, s)))
+            for s in (2, 4)
         )
-    stem = stem_output_length(pad)
-    valid = torch.arange(stem) < -(-frames // 8)  # [K, stem]
+    valid = np.arange(stem_output_length(pad))[None, :] < _ceil_div(length, 8)[:, None]  # [K, stem tokens]
     num_tokens = int(valid.sum())
-    token_index = None if num_tokens == valid.numel() else valid.reshape(-1).nonzero().squeeze(1)
-    return ConvLaunch(len(chunks), pad, frame_index, masks, token_index, token_offset, num_tokens)
+    token_index = None if num_tokens == valid.size else torch.from_numpy(np.flatnonzero(valid))
+    return ConvLaunch(start.shape[0], pad, torch.from_numpy(frame_index), masks, token_index, token_offset,
+                      num_tokens)
 
 
-def _windows(token_counts: tuple[int, ...], config: AudioEncoderConfig) -> dict[str, object]:
-    window = config.window_tokens
-    lengths: list[int] = []
-    for n in token_counts:
-        lengths += [window] * (n // window) + ([n % window] if n % window else [])
-    lens = torch.tensor(lengths)  # [W]
-    cu_seqlens = torch.nn.functional.pad(lens.cumsum(0), (1, 0)).to(torch.int32)  # [W + 1]
-    max_window = max(lengths)
-    slots = torch.arange(max_window)[None, :]  # [1, max_window]
-    valid = slots < lens[:, None]  # [W, max_window]
+def _windows(token_counts: np.ndarray, window: int) -> dict[str, object]:
+    clip, index = _segments(token_counts, window)
+    lengths = np.minimum(window, token_counts[clip] - index * window)  # [W]
+    cu_seqlens = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)  # [W + 1]
+    max_window = int(lengths.max())
+    slots = np.arange(max_window)[None, :]  # [1, L]
+    valid = slots < lengths[:, None]  # [W, L]
     # An empty slot reads token 0: as a key it is masked out, as a query its output is dropped; no zero row needed.
-    window_index = torch.where(valid, cu_seqlens[:-1, None].long() + slots, 0)
-    token_slot = (torch.arange(len(lengths))[:, None] * max_window + slots)[valid]  # [N], in packed order
+    window_index = np.where(valid, cu_seqlens[:-1, None].astype(np.int64) + slots, 0)
     return dict(
-        cu_seqlens=cu_seqlens,
+        cu_seqlens=torch.from_numpy(cu_seqlens),
         max_window=max_window,
-        window_index=window_index,
-        window_valid=None if bool(valid.all()) else valid,
-        token_slot=token_slot,
+        window_index=torch.from_numpy(window_index),
+        window_valid=None if valid.all() else torch.from_numpy(valid),
+        token_slot=torch.from_numpy(np.flatnonzero(valid)),  # row-major slot of each token = packed order
     )

@@ -39,10 +39,10 @@ class ConvStem(nn.Module):
         x = x.view(bins, launch.num_chunks, launch.pad_frames).transpose(0, 1).unsqueeze(1)  # [K, 1, M, P]
         x = torch.ops.aten.gelu_(self.conv2d1(x))  # in place: the first conv output is the stem's largest tensor
         if launch.masks is not None:
-            x = x * launch.masks[0]  # zero past a short clip's own length, as an unpadded conv would see
+            x = x * launch.masks[0].to(x.dtype)  # zero past a short clip's own length, as an unpadded conv would see
         x = torch.ops.aten.gelu_(self.conv2d2(x))
         if launch.masks is not None:
-            x = x * launch.masks[1]
+            x = x * launch.masks[1].to(x.dtype)
         x = F.gelu(self.conv2d3(x))  # [K, C, M/8, T']
         k, c, f, t = x.shape
         x = self.conv_out(x.permute(0, 3, 1, 2).reshape(k, t, c * f))  # [K, T', d]

@@ -30,14 +30,24 @@ class WindowAttention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor,
+        past: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x `(B, n, dim)`; cos/sin cover past + new positions; returns (out, raw keys/values past + new)."""
         b, t, _ = x.shape
-        # (B, T, heads*D) -> (B, heads, T, D)
+        # (B, n, heads*D) -> (B, heads, n, D)
         q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, *cos_sin), apply_rope(k, *cos_sin)
-        return self.o_proj(attend(q, k, v, mask).transpose(1, 2).reshape(b, t, -1))
+        if past is not None:
+            k, v = torch.cat((past[0], k), dim=2), torch.cat((past[1], v), dim=2)
+        cos, sin = cos_sin
+        q, k_rot = apply_rope(q, cos[:, -t:], sin[:, -t:]), apply_rope(k, cos, sin)
+        return self.o_proj(attend(q, k_rot, v, mask).transpose(1, 2).reshape(b, t, -1)), (k, v)
 
 
 class PreTransformerLayer(nn.Module):
@@ -51,6 +61,10 @@ class PreTransformerLayer(nn.Module):
         self.mlp_layer_scale = LayerScale(cfg.hidden_size)
 
 
+# Per layer: raw (un-rotated) keys and values of the last `window - 1` positions, `(B, KVH, P, D)` each.
+WindowCache = list[tuple[torch.Tensor, torch.Tensor]]
+
+
 class PreTransformer(nn.Module):
     def __init__(self, cfg: Code2WavConfig) -> None:
         super().__init__()
@@ -59,17 +73,25 @@ class PreTransformer(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.register_buffer("inv_freq", inv_frequencies(cfg.head_dim, cfg.rope_theta), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x `(B, T, dim)`, positions 0..T-1 (RoPE is relative, so a chunk may start anywhere)."""
-        t = x.shape[1]
-        pos = torch.arange(t, device=x.device)
-        cos_sin = rope_cos_sin(pos[None], self.inv_freq, x.dtype)
-        delta = pos[:, None] - pos[None, :]  # query - key
-        mask = ((delta >= 0) & (delta < self.window))[None, None]  # (1, 1, T, T)
-        for layer in self.layers:
-            x = x + layer.self_attn_layer_scale(layer.self_attn(layer.input_layernorm(x), cos_sin, mask))
+    def forward(self, x: torch.Tensor, past: WindowCache | None = None) -> tuple[torch.Tensor, WindowCache]:
+        """x `(B, n, dim)` new frames after the P frames whose keys/values `past` holds -> (out, new cache).
+
+        Positions are re-based to 0..P+n-1 on every call: RoPE only sees offsets, and keeping keys
+        un-rotated lets streams at different absolute positions share one batched call.
+        """
+        n = x.shape[1]
+        p = past[0][0].shape[2] if past else 0
+        pos = torch.arange(p + n, device=x.device)
+        cos, sin = rope_cos_sin(pos[None], self.inv_freq, x.dtype)
+        delta = pos[p:, None] - pos[None, :]  # query - key, (n, P+n)
+        mask = ((delta >= 0) & (delta < self.window))[None, None]
+        new_past: WindowCache = []
+        for i, layer in enumerate(self.layers):
+            h, kv = layer.self_attn(layer.input_layernorm(x), (cos, sin), mask, past[i] if past else None)
+            x = x + layer.self_attn_layer_scale(h)
             x = x + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(x)))
-        return self.norm(x)
+            new_past.append((kv[0][:, :, -(self.window - 1) :], kv[1][:, :, -(self.window - 1) :]))
+        return self.norm(x), new_past
 
 
 class CausalConv(nn.Module):

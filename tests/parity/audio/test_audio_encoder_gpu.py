@@ -47,12 +47,12 @@ def test_auto_backend_on_cuda_bf16_is_varlen() -> None:
 
 
 @pytest.mark.parametrize("attention", ["auto", "padded"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype,rel", [(torch.bfloat16, 5e-2), (torch.float16, 1e-2)])
 def test_half_precision_matches_cpu_fp32(demo_ckpt: Path, cpu_encoder: AudioEncoder, mels: list[torch.Tensor],
-                                         attention: str, dtype: torch.dtype) -> None:
+                                         attention: str, dtype: torch.dtype, rel: float) -> None:
     gpu = AudioEncoder.load(demo_ckpt, CUDA, dtype, attention=attention)
     for ours, ref in zip(run_on(gpu, mels), cpu_encoder(mels)):
-        assert_close(ours, ref, rel=3e-2)
+        assert_close(ours, ref, rel=rel)  # CPU bf16 of the same demo model lands at ~1.2e-2
 
 
 def test_fp32_padded_matches_cpu(demo_ckpt: Path, cpu_encoder: AudioEncoder, mels: list[torch.Tensor],

@@ -35,6 +35,17 @@ def test_output_ignores_batch_companions_and_launch_size(demo_ckpt: Path, encode
         torch.testing.assert_close(small_launches[i], alone, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype,rel", [(torch.bfloat16, 5e-2), (torch.float16, 1e-2)])
+def test_half_precision_on_cpu_stays_close(demo_ckpt: Path, encoder: AudioEncoder, dtype: torch.dtype,
+                                           rel: float) -> None:
+    torch.manual_seed(2)
+    mels = [torch.randn(128, t) for t in (30, 1234, 57)]  # short clips exercise the stem masks in `dtype`
+    half = AudioEncoder.load(demo_ckpt, "cpu", dtype)
+    for ours, ref in zip(half(mels), encoder(mels)):
+        assert ours.dtype == dtype
+        assert (ours.float() - ref).abs().max() <= rel * ref.abs().max()
+
+
 def test_encode_returns_the_packed_outputs(encoder: AudioEncoder) -> None:
     mels = [torch.randn(128, t) for t in (250, 30)]
     plan = encoder.plan([250, 30])

@@ -67,7 +67,8 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"bm{c.block_m}")
-@pytest.mark.parametrize(("tokens", "hidden", "inter", "top_k"), [(3, 256, 128, 8), (150, 200, 96, 6), (700, 256, 64, 8)])
+@pytest.mark.parametrize(("tokens", "hidden", "inter", "top_k"),
+                         [(3, 256, 128, 8), (150, 200, 96, 6), (700, 256, 64, 8)])
 def test_experts_on_ragged_loads(cfg: MoeConfig, tokens: int, hidden: int, inter: int, top_k: int) -> None:
     pytest.importorskip("triton")
     from runtime.kernels.moe_triton import experts_triton

@@ -1,4 +1,4 @@
-"""EncodeBatcher: concurrent submits share one encoder call within the patch budget; errors and cancels."""
+"""EncodeBatcher: concurrent submits share one encoder call within the size budget; errors, cancels, timings."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from services.vision.batcher import EncodeBatcher
+from runtime.encode_batcher import BatchStats, EncodeBatcher
 
 
 class FakeEncoder:
@@ -27,8 +27,8 @@ class FakeEncoder:
         return [2 * i for i in items]
 
 
-def make(encoder: FakeEncoder, budget: int = 10, wait: float = 0.05) -> EncodeBatcher[int, int]:
-    return EncodeBatcher(encoder, size_of=lambda i: i, max_batch_patches=budget, max_wait_s=wait)
+def make(encoder: FakeEncoder, budget: int = 10, wait: float = 0.05, **hooks: object) -> EncodeBatcher[int, int]:
+    return EncodeBatcher(encoder, size_of=lambda i: i, max_batch_size=budget, max_wait_s=wait, **hooks)
 
 
 def test_concurrent_items_share_one_call() -> None:
@@ -87,10 +87,35 @@ def test_cancelled_caller_is_dropped() -> None:
     asyncio.run(scenario())
 
 
+def test_timings_batch_index_and_observers() -> None:
+    async def scenario() -> None:
+        gate = threading.Event()
+        stats: list[BatchStats] = []
+        depths: list[int] = []
+        batcher = make(FakeEncoder(gate=gate), budget=3, wait=0.0, on_batch=stats.append, on_depth=depths.append)
+        first = asyncio.create_task(batcher.submit_timed(3))  # holds the encoder until the gate opens
+        await asyncio.sleep(0.05)
+        rest = [asyncio.create_task(batcher.submit_timed(i)) for i in (1, 2)]
+        await asyncio.sleep(0.05)
+        assert batcher.num_waiting == 2
+        gate.set()
+        a, b, c = await first, *(await asyncio.gather(*rest))
+        await batcher.stop()
+        assert (a.result, b.result, c.result) == (6, 2, 4)
+        assert a.batch_index == 0 and b.batch_index == c.batch_index == 1
+        assert b.queue_seconds >= 0.05 > a.queue_seconds  # 1 and 2 waited while 3 held the encoder
+        assert a.compute_seconds >= 0.05 and b.compute_seconds == c.compute_seconds
+        assert [(s.num_items, s.size) for s in stats] == [(1, 3), (2, 3)]
+        assert stats[1].queue_seconds == (b.queue_seconds, c.queue_seconds)
+        assert max(depths) == 2 and depths[-1] == 0
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize(
-    "kwargs,needle", [({"max_batch_patches": 0}, "max_batch_patches"), ({"max_wait_s": -1.0}, "max_wait_s")]
+    "kwargs,needle", [({"max_batch_size": 0}, "max_batch_size"), ({"max_wait_s": -1.0}, "max_wait_s")]
 )
 def test_bad_settings(kwargs: dict, needle: str) -> None:
-    settings = {"max_batch_patches": 10, "max_wait_s": 0.0, **kwargs}
+    settings = {"max_batch_size": 10, "max_wait_s": 0.0, **kwargs}
     with pytest.raises(ValueError, match=needle):
         EncodeBatcher(FakeEncoder(), size_of=lambda i: i, **settings)

@@ -1,0 +1,135 @@
+"""The gateway's clients of the encoder stages (vision, audio): send media, get embeddings back."""
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+import grpc
+import torch
+
+from omnimesh.v1 import audio_pb2, audio_pb2_grpc, common_pb2, vision_pb2, vision_pb2_grpc
+from runtime.errors import InvalidArgument
+from runtime.metrics import Metrics
+from runtime.tensor_codec import TensorAssembler, encode_tensor
+from gateway.clients.errors import stage_error
+
+
+@dataclass(frozen=True)
+class VisionItemInput:
+    frames: torch.Tensor  # uint8 [F, H, W, 3], resized to multiples of patch_size * merge_size
+    grid_thw: tuple[int, int, int]
+    is_video: bool
+
+
+@dataclass(frozen=True)
+class VisionItemOutput:
+    merged: torch.Tensor  # [tokens, hidden]
+    deepstack: list[torch.Tensor]  # each [tokens, hidden]
+
+
+class _EdgeMeter:
+    """Counts bytes and seconds on one stage edge, in both directions."""
+
+    def __init__(self, metrics: Metrics, stage: str) -> None:
+        self._m = metrics
+        self._stage = stage
+
+    def sent(self, nbytes: int, seconds: float) -> None:
+        self._m.get("omnimesh_edge_bytes_total", from_stage="gateway", to_stage=self._stage).inc(nbytes)
+        self._m.get("omnimesh_edge_seconds_total", from_stage="gateway", to_stage=self._stage).inc(seconds)
+
+    def received(self, nbytes: int, seconds: float) -> None:
+        self._m.get("omnimesh_edge_bytes_total", from_stage=self._stage, to_stage="gateway").inc(nbytes)
+        self._m.get("omnimesh_edge_seconds_total", from_stage=self._stage, to_stage="gateway").inc(seconds)
+
+
+async def _stream(call: grpc.aio.StreamStreamCall, stage: str, meter: _EdgeMeter, field: str) -> dict[str, torch.Tensor]:
+    """Reads every embeddings chunk of an Encode call into whole tensors by name."""
+    assembler = TensorAssembler(field)
+    out: dict[str, torch.Tensor] = {}
+    received, t_first = 0, None
+    try:
+        async for msg in call:
+            if t_first is None:
+                t_first = time.perf_counter()
+            received += msg.ByteSize()
+            if msg.WhichOneof("msg") == "embeddings":
+                done = assembler.add(msg.embeddings)
+                if done is not None:
+                    out[done[0]] = done[1]
+    except grpc.aio.AioRpcError as err:
+        raise stage_error(stage, err) from None
+    finally:
+        call.cancel()
+    meter.received(received, time.perf_counter() - (t_first or time.perf_counter()))
+    if assembler.pending:
+        raise InvalidArgument(field, f"{stage} ended with tensors incomplete: {assembler.pending}")
+    return out
+
+
+class VisionClient:
+    def __init__(self, channel: grpc.aio.Channel, metrics: Metrics) -> None:
+        self._stub = vision_pb2_grpc.VisionStub(channel)
+        self._meter = _EdgeMeter(metrics, "vision")
+
+    async def encode(self, request_id: str, items: list[VisionItemInput], num_deepstack: int,
+                     timeout: float | None) -> list[VisionItemOutput]:
+        call = self._stub.Encode(self._requests(request_id, items), timeout=timeout)
+        tensors = await _stream(call, "vision", self._meter, "vision.embeddings")
+        try:
+            return [VisionItemOutput(tensors[f"item.{i}.merged"],
+                                     [tensors[f"item.{i}.deepstack.{k}"] for k in range(num_deepstack)])
+                    for i in range(len(items))]
+        except KeyError as missing:
+            raise InvalidArgument("vision.embeddings", f"vision stage did not return {missing}") from None
+
+    async def _requests(self, request_id: str, items: list[VisionItemInput]) -> AsyncIterator[vision_pb2.VisionRequest]:
+        t0, sent = time.perf_counter(), 0
+        start = vision_pb2.VisionRequest(start=vision_pb2.VisionStart(request_id=request_id, items=[
+            vision_pb2.VisionItem(is_video=it.is_video, grid_thw=list(it.grid_thw)) for it in items]))
+        sent += start.ByteSize()
+        yield start
+        for msg in _tensor_messages(vision_pb2.VisionRequest, "frames", "item", (it.frames for it in items)):
+            sent += msg.ByteSize()
+            yield msg
+        self._meter.sent(sent, time.perf_counter() - t0)
+
+
+class AudioClient:
+    def __init__(self, channel: grpc.aio.Channel, metrics: Metrics) -> None:
+        self._stub = audio_pb2_grpc.AudioStub(channel)
+        self._meter = _EdgeMeter(metrics, "audio")
+
+    async def encode(self, request_id: str, clips: list[torch.Tensor], timeout: float | None) -> list[torch.Tensor]:
+        """clips: float32 [samples] at 16 kHz each -> embeddings [tokens, hidden] each."""
+        call = self._stub.Encode(self._requests(request_id, clips), timeout=timeout)
+        tensors = await _stream(call, "audio", self._meter, "audio.embeddings")
+        try:
+            return [tensors[f"clip.{i}.embeddings"] for i in range(len(clips))]
+        except KeyError as missing:
+            raise InvalidArgument("audio.embeddings", f"audio stage did not return {missing}") from None
+
+    async def _requests(self, request_id: str, clips: list[torch.Tensor]) -> AsyncIterator[audio_pb2.AudioRequest]:
+        t0, sent = time.perf_counter(), 0
+        start = audio_pb2.AudioRequest(start=audio_pb2.AudioStart(request_id=request_id,
+                                                                  num_samples=[int(c.numel()) for c in clips]))
+        sent += start.ByteSize()
+        yield start
+        for msg in _tensor_messages(audio_pb2.AudioRequest, "samples", "clip", clips):
+            sent += msg.ByteSize()
+            yield msg
+        self._meter.sent(sent, time.perf_counter() - t0)
+
+
+def _tensor_messages(message_type: type, field: str, prefix: str, tensors: Iterable[torch.Tensor]) -> Iterable:
+    for i, t in enumerate(tensors):
+        for chunk in encode_tensor(f"{prefix}.{i}", t):
+            yield message_type(**{field: chunk})
+
+
+async def stage_info(stub_info, stage: str, timeout: float) -> common_pb2.StageInfo:
+    try:
+        return await stub_info(common_pb2.InfoRequest(), timeout=timeout, wait_for_ready=True)
+    except grpc.aio.AioRpcError as err:
+        raise stage_error(stage, err) from None

@@ -1,0 +1,148 @@
+"""`EncodeBatcher`: gathers items from concurrent requests into one encoder call, within a size budget.
+
+Pure asyncio, shared by the encoder stages (vision counts patches, audio its own unit): the first waiting item
+opens a batch; items that arrive within `max_wait_s` join it while the batch stays under `max_batch_size` (a lone
+item over the budget still runs, alone). The encode function runs in a worker thread so the event loop keeps
+serving; its per-item results resolve each caller's future. An item whose caller was cancelled before its batch
+started is dropped.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Generic, NamedTuple, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class Timed(NamedTuple, Generic[Result]):
+    """One item's result and where its time went."""
+
+    result: Result
+    batch_index: int  # which forward computed it; items of one request may share one
+    queue_seconds: float  # submit to the start of its batch
+    compute_seconds: float  # wall time of its batch's encode call
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one encode call did, for metrics."""
+
+    num_items: int
+    size: int  # sum of the items' sizes
+    compute_seconds: float
+    queue_seconds: tuple[float, ...]  # per item
+
+
+@dataclass
+class Pending(Generic[Item, Result]):
+    item: Item
+    size: int
+    future: asyncio.Future[Timed[Result]] = field(repr=False)
+    enqueued_at: float = field(default_factory=time.monotonic)
+
+
+class EncodeBatcher(Generic[Item, Result]):
+    def __init__(
+        self,
+        encode: Callable[[Sequence[Item]], list[Result]],
+        size_of: Callable[[Item], int],
+        max_batch_size: int,
+        max_wait_s: float = 0.005,
+        executor: ThreadPoolExecutor | None = None,
+        on_batch: Callable[[BatchStats], None] | None = None,
+        on_depth: Callable[[int], None] | None = None,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
+        if max_wait_s < 0:
+            raise ValueError(f"max_wait_s={max_wait_s} must be >= 0")
+        self.encode = encode
+        self.size_of = size_of
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
+        self.on_batch = on_batch
+        self.on_depth = on_depth
+        self.queue: asyncio.Queue[Pending[Item, Result]] = asyncio.Queue()
+        self.carry: Pending[Item, Result] | None = None  # the item that did not fit the previous batch
+        self.task: asyncio.Task[None] | None = None
+        self.num_batches = 0
+
+    @property
+    def num_waiting(self) -> int:
+        """Items submitted and not yet taken into a batch."""
+        return self.queue.qsize() + (self.carry is not None)
+
+    def start(self) -> None:
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self.run(), name="encode-batcher")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            self.task = None
+
+    async def submit(self, item: Item) -> Result:
+        """The encoder's result for `item`, computed in whatever batch it lands in."""
+        return (await self.submit_timed(item)).result
+
+    async def submit_timed(self, item: Item) -> Timed[Result]:
+        """`submit`, with the batch that computed the item and its queue and compute seconds."""
+        self.start()
+        future: asyncio.Future[Timed[Result]] = asyncio.get_running_loop().create_future()
+        self.queue.put_nowait(Pending(item, self.size_of(item), future))
+        self._report_depth()
+        return await future
+
+    async def next_batch(self) -> list[Pending[Item, Result]]:
+        first = self.carry or await self.queue.get()
+        self.carry = None
+        batch, budget = [first], self.max_batch_size - first.size
+        deadline = asyncio.get_running_loop().time() + self.max_wait_s
+        while budget > 0:
+            timeout = deadline - asyncio.get_running_loop().time()
+            try:
+                nxt = self.queue.get_nowait() if timeout <= 0 else await asyncio.wait_for(self.queue.get(), timeout)
+            except (asyncio.QueueEmpty, asyncio.TimeoutError):
+                break
+            if nxt.size > budget:
+                self.carry = nxt
+                break
+            batch.append(nxt)
+            budget -= nxt.size
+        return batch
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [p for p in await self.next_batch() if not p.future.done()]  # drop cancelled callers
+            self._report_depth()
+            if not batch:
+                continue
+            index = self.num_batches
+            self.num_batches += 1
+            started = time.monotonic()
+            try:
+                results = await loop.run_in_executor(self.executor, self.encode, [p.item for p in batch])
+            except Exception as err:  # noqa: BLE001 - every caller of the batch gets the encoder's error
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(err)
+                continue
+            compute = time.monotonic() - started
+            queued = tuple(started - p.enqueued_at for p in batch)
+            for p, result, wait in zip(batch, results, queued):
+                if not p.future.done():
+                    p.future.set_result(Timed(result, index, wait, compute))
+            if self.on_batch is not None:
+                self.on_batch(BatchStats(len(batch), sum(p.size for p in batch), compute, queued))
+
+    def _report_depth(self) -> None:
+        if self.on_depth is not None:
+            self.on_depth(self.num_waiting)
