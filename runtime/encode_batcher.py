@@ -88,6 +88,13 @@ class EncodeBatcher(Generic[Item, Result]):
             await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
 
+    def close(self) -> None:
+        """Stops batching from sync code at shutdown; a forward in flight finishes in its thread, unobserved."""
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
     async def submit(self, item: Item) -> Result:
         """The encoder's result for `item`, computed in whatever batch it lands in."""
         return (await self.submit_timed(item)).result

@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 SECONDS=0
-timeout "${TEST_S:-160}" python3 -m pytest tests/unit/kernels -q -m gpu --noconftest -rfE 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+timeout "${TEST_S:-160}" python3 -m pytest tests/unit/kernels/test_kernel_*_gpu.py -q -m gpu --noconftest -rfE 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 echo "tests: ${SECONDS}s"
 if [ "${SKIP_TUNE:-0}" != 1 ]; then
   timeout "${TUNE_S:-200}" python3 bench/kernels/tune_moe.py --out "$OUT/fused_moe_tuned.json" \

@@ -1,20 +1,39 @@
-"""Paged KV cache bookkeeping: which blocks each sequence owns (pure Python)."""
+"""Paged KV cache bookkeeping: which blocks each sequence owns, and the prefix cache over full blocks (pure Python)."""
 from __future__ import annotations
 
-from collections import deque
+import hashlib
+from collections import OrderedDict
 
 from runtime.engine.sequence import Sequence
 
 
-class BlockManager:
-    """A free list of fixed-size KV blocks. A sequence holds ceil(computed tokens / block_size) blocks."""
+def block_key(prev: bytes | None, token_ids: list[int], salt: str) -> bytes:
+    """Content key of a full block: its tokens, the media content they stand for, and everything before it."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(prev or b"")
+    h.update(",".join(map(str, token_ids)).encode())
+    h.update(salt.encode())
+    return h.digest()
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+
+class BlockManager:
+    """Fixed-size KV blocks with reference counts. A sequence holds ceil(computed tokens / block_size) blocks.
+
+    Full blocks are named by `block_key`, so a new sequence whose prompt starts with the same tokens (and the same
+    media) reuses their KV instead of recomputing it. Freed blocks keep their content until they are handed out
+    again, oldest first, so a finished conversation's prefix stays reusable while memory allows.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_cache: bool = True) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks}: the KV cache needs at least one block")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self._free: deque[int] = deque(range(num_blocks))
+        self.enable_prefix_cache = enable_prefix_cache
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # ref 0, oldest first
+        self._refs = [0] * num_blocks
+        self._key_of: list[bytes | None] = [None] * num_blocks
+        self._by_key: dict[bytes, int] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -37,12 +56,66 @@ class BlockManager:
         if need > len(self._free):
             raise RuntimeError(f"{seq} needs {need} blocks, {len(self._free)} free: call can_grow first")
         for _ in range(need):
-            seq.block_table.append(self._free.popleft())
+            seq.block_table.append(self._take_free())
+
+    def _take_free(self) -> int:
+        block, _ = self._free.popitem(last=False)
+        key = self._key_of[block]
+        if key is not None:  # evict the oldest cached content
+            del self._by_key[key]
+            self._key_of[block] = None
+        self._refs[block] = 1
+        return block
 
     def free(self, seq: Sequence) -> None:
-        """Returns every block of `seq` at once (finish, abort, preemption)."""
-        self._free.extend(seq.block_table)
+        """Drops `seq`'s hold on every block at once (finish, abort, preemption)."""
+        for block in seq.block_table:
+            self._refs[block] -= 1
+            if self._refs[block] == 0:
+                self._free[block] = None
         seq.block_table = []
+        seq.block_keys = []
+
+    def match_prefix(self, seq: Sequence) -> int:
+        """At admission: takes the cached blocks that match the start of `seq`; returns the tokens they cover.
+
+        At least one token is always left to compute, since the step that computes it samples the next token.
+        """
+        if not (self.enable_prefix_cache and seq.allow_prefix_cache) or seq.block_table:
+            return 0
+        limit = (seq.num_tokens - 1) // self.block_size
+        key = None
+        for b in range(limit):
+            key = block_key(key, seq.token_ids(b * self.block_size, (b + 1) * self.block_size), self._salt(seq, b))
+            block = self._by_key.get(key)
+            if block is None:
+                break
+            if self._refs[block] == 0:
+                del self._free[block]
+            self._refs[block] += 1
+            seq.block_table.append(block)
+            seq.block_keys.append(key)
+        hit = len(seq.block_table) * self.block_size
+        seq.num_computed_tokens = hit
+        seq.num_cached_prompt_tokens = min(hit, seq.num_prompt_tokens)
+        return hit
+
+    def commit(self, seq: Sequence) -> None:
+        """Names the blocks of `seq` that became full, so later sequences can reuse them."""
+        if not self.enable_prefix_cache:
+            return
+        for b in range(len(seq.block_keys), seq.num_computed_tokens // self.block_size):
+            prev = seq.block_keys[-1] if seq.block_keys else None
+            key = block_key(prev, seq.token_ids(b * self.block_size, (b + 1) * self.block_size), self._salt(seq, b))
+            seq.block_keys.append(key)
+            block = seq.block_table[b]
+            if key not in self._by_key and self._key_of[block] is None:
+                self._by_key[key] = block
+                self._key_of[block] = key
+
+    def _salt(self, seq: Sequence, b: int) -> str:
+        lo, hi = b * self.block_size, (b + 1) * self.block_size
+        return "|".join(h for start, end, h in seq.media_salts if start < hi and end > lo)
 
     def slot(self, seq: Sequence, token_index: int) -> int:
         """Flat cache slot of the token at `token_index` of `seq`."""

@@ -47,6 +47,8 @@ class StepStats:
     num_waiting: int
     num_running: int
     kv_usage_ratio: float
+    prefix_queried_tokens: int = 0  # looked up in the prefix cache during this step's admissions
+    prefix_hit_tokens: int = 0
 
 
 class Engine:
@@ -78,6 +80,7 @@ class Engine:
         self.runner.release(seq)
 
     def step(self) -> tuple[list[TokenEvent], StepStats | None]:
+        queried, hits = self.scheduler.num_prefix_queried_tokens, self.scheduler.num_prefix_hit_tokens
         batch = self.scheduler.schedule()
         if batch.is_empty:
             return [], None
@@ -111,5 +114,7 @@ class Engine:
                 self._release(seq)
         stats = StepStats(time.perf_counter() - t0, len(batch.rows), batch.num_tokens, batch.num_preempted,
                           len(self.scheduler.waiting), len(self.scheduler.running),
-                          self.scheduler.blocks.usage_ratio)
+                          self.scheduler.blocks.usage_ratio,
+                          self.scheduler.num_prefix_queried_tokens - queried,
+                          self.scheduler.num_prefix_hit_tokens - hits)
         return events, stats

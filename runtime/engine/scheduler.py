@@ -53,6 +53,8 @@ class Scheduler:
         self.blocks = blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.num_prefix_queried_tokens = 0  # prompt tokens looked up in the prefix cache at admission
+        self.num_prefix_hit_tokens = 0  # of those, found
 
     @property
     def has_work(self) -> bool:
@@ -85,10 +87,16 @@ class Scheduler:
             budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
             seq = self.waiting[0]
+            self.blocks.match_prefix(seq)
             n = min(seq.num_uncomputed_tokens, budget)
             if not self.blocks.can_grow(seq, n):
+                self.blocks.free(seq)  # a waiting sequence must not pin cached blocks others could evict
+                seq.num_computed_tokens = 0
                 break
             self.waiting.popleft()
+            if self.blocks.enable_prefix_cache and seq.allow_prefix_cache:
+                self.num_prefix_queried_tokens += seq.num_prompt_tokens
+                self.num_prefix_hit_tokens += seq.num_cached_prompt_tokens
             seq.status = SequenceStatus.RUNNING
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = time.monotonic()
@@ -122,6 +130,7 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # aborted while the step ran
             seq.num_computed_tokens += row.num_tokens
+            self.blocks.commit(seq)
             token = sampled.get(seq.seq_id)
             if token is None:
                 continue

@@ -28,7 +28,8 @@ class Sequence:
     """
 
     def __init__(self, seq_id: int, request_id: str, prompt_ids: list[int], sampling: SamplingOptions,
-                 eos_token_ids: frozenset[int] = frozenset(), payload: Any = None) -> None:
+                 eos_token_ids: frozenset[int] = frozenset(), payload: Any = None,
+                 media_salts: tuple[tuple[int, int, str], ...] = (), allow_prefix_cache: bool = True) -> None:
         if not prompt_ids:
             raise ValueError("a sequence needs at least one prompt token")
         self.seq_id = seq_id
@@ -40,6 +41,9 @@ class Sequence:
         self.payload = payload  # model-specific inputs (media embeddings, positions); the engine never reads it
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
+        self.block_keys: list[bytes] = []  # prefix-cache keys of the full blocks of block_table, in order
+        self.media_salts = media_salts  # (start, end, content hash) of media spans: same ids, other pixels, other KV
+        self.allow_prefix_cache = allow_prefix_cache
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.arrival_time = time.monotonic()

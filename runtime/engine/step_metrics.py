@@ -16,10 +16,14 @@ def bind_engine_metrics(metrics: Metrics, scheduler: Scheduler) -> Callable[[Ste
     step_time = metrics.get("omnimesh_step_time_seconds")
     batch_size = metrics.get("omnimesh_batch_size")
     batch_tokens = metrics.get("omnimesh_batch_tokens")
+    prefix_queries = metrics.get("omnimesh_prefix_cache_queries_total")
+    prefix_hits = metrics.get("omnimesh_prefix_cache_hits_total")
 
     def record(stats: StepStats) -> None:
         step_time.observe(stats.seconds)
         batch_size.observe(stats.num_rows)
         batch_tokens.observe(stats.num_tokens)
+        prefix_queries.inc(stats.prefix_queried_tokens)
+        prefix_hits.inc(stats.prefix_hit_tokens)
 
     return record

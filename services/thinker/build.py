@@ -38,7 +38,7 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     max_model_len = min(model.cfg.max_position_embeddings, eng.max_model_len or capacity, capacity)
     runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype)
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len),
-                          BlockManager(num_blocks, eng.block_size))
+                          BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache))
     tokenizer = Tokenizer.from_dir(model_dir)
     engine = AsyncEngine(Engine(scheduler, runner), on_step=bind_engine_metrics(server.metrics, scheduler))
     service = ThinkerService(engine, tokenizer, server.metrics, max_model_len, eng.token_flush_ms / 1000)

@@ -71,7 +71,11 @@ class ThinkerService:
         self.check_prompt(inp.token_ids)
         if self.engine.failure is not None:
             raise Unavailable(f"the thinker engine has failed: {self.engine.failure!r}", stage="thinker")
-        seq = Sequence(next(self._ids), inp.request_id, inp.token_ids, inp.sampling, self.eos_token_ids, inp.request)
+        req = inp.request
+        seq = Sequence(next(self._ids), inp.request_id, inp.token_ids, inp.sampling, self.eos_token_ids, req,
+                       media_salts=tuple((m.offset, m.end, m.content_hash) for m in req.media),
+                       # the talker needs hidden states of media rows: those must be computed, not reused
+                       allow_prefix_cache=not req.capture_talker_states)
         text = TextOutput(self.tokenizer, inp.sampling.stop_strings)
         sent_conditioning = not inp.request.capture_talker_states
         pending: list[TokenEvent] = []

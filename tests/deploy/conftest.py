@@ -8,6 +8,7 @@ import pytest
 
 from tests.deploy.deploy_tools import SCENARIOS, documents, helm_template, tool
 
+
 def _require(name: str) -> Path:
     found = tool(name)
     if found.path is None:

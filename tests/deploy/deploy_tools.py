@@ -78,7 +78,8 @@ def run(args: list[str | Path], stdin: str | None = None, check: bool = True) ->
     """Runs a checker; on failure the assertion message carries its output."""
     proc = subprocess.run([str(a) for a in args], input=stdin, capture_output=True, text=True, timeout=300)
     if check:
-        assert proc.returncode == 0, f"{' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        command = " ".join(map(str, args))
+        assert proc.returncode == 0, f"{command} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 

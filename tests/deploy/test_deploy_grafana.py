@@ -40,7 +40,7 @@ def queries(dashboard: dict[str, Any]) -> list[str]:
 @pytest.fixture(scope="module")
 def parsed(dashboard: dict[str, Any], tools_python: Path) -> list[tuple[str, Any]]:
     qs = queries(dashboard)
-    return list(zip(qs, parse_promql(tools_python, qs)))
+    return list(zip(qs, parse_promql(tools_python, qs), strict=True))
 
 
 def test_every_query_parses(parsed: list[tuple[str, Any]]) -> None:
@@ -57,7 +57,8 @@ def test_queries_name_only_contract_metrics_and_recorded_series(parsed: list[tup
 
 def test_every_contract_metric_is_charted(parsed: list[tuple[str, Any]]) -> None:
     """No series goes unseen (a peer shipped per-stage series nobody noticed were stuck at zero)."""
-    charted = {n.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum") for _, r in parsed for n in r.names}
+    names = {n for _, r in parsed for n in r.names}
+    charted = {n.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum") for n in names}
     missing = {m["name"] for m in contract()["metrics"]} - charted
     assert not missing, missing
 

@@ -17,7 +17,8 @@ def test_helm_lint_strict(helm: Path, values: str | None) -> None:
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_rendered_objects_validate_strictly(kubernetes_validate: Path, manifests: dict[str, str], scenario: str) -> None:
+def test_rendered_objects_validate_strictly(kubernetes_validate: Path, manifests: dict[str, str],
+                                            scenario: str) -> None:
     """Built-in kinds against the 1.33 OpenAPI schemas: wrong types and unknown fields fail. The validator has no
     schemas for custom resources and only warns about them; test_deploy_crds.py checks those."""
     proc = run([kubernetes_validate, "-k", KUBE_VERSION, "--strict", "--quiet", "-"], stdin=manifests[scenario])

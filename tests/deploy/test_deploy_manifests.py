@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.deploy_tools import CHART, SCENARIOS, parse_promql, series_names
+from runtime.config import load_mesh_config
+from tests.deploy.deploy_tools import CHART, SCENARIOS, documents, helm_template, parse_promql, series_names
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 MULTI = yaml.safe_load((CHART / "values-multi-replica.yaml").read_text())
@@ -115,6 +116,7 @@ def test_service_monitor_scrapes_every_stage_once_on_named_port(objects: dict[st
     assert sorted(stage_of(s) for s in scraped) == sorted(STAGES)  # the gateway's API Service is not scraped twice
     for endpoint in monitor["spec"]["endpoints"]:
         assert endpoint["path"] == "/metrics"
+        assert not endpoint.get("honorLabels"), "a pod could then claim another namespace's series"
         for svc in scraped:
             assert endpoint["port"] in {p["name"] for p in svc["spec"]["ports"]}
 
@@ -214,15 +216,13 @@ def test_autoscaling_signals_are_contract_metrics(objects: dict[str, list[Obj]],
     queries = [t["metadata"]["query"] for so in of_kind(objects["multi-replica-keda"], "ScaledObject")
                for t in so["spec"]["triggers"]]
     assert queries
-    for query, parsed in zip(queries, parse_promql(tools_python, queries)):
+    for query, parsed in zip(queries, parse_promql(tools_python, queries), strict=True):
         assert parsed.error is None, (query, parsed.error)
         assert parsed.names and set(parsed.names) <= series_names(), query
 
 
 @scenarios
 def test_mesh_yaml_loads_in_the_app_and_dials_headless_services(objects: dict[str, list[Obj]], scenario: str) -> None:
-    from runtime.config import load_mesh_config
-
     objs = objects[scenario]
     (config_map,) = of_kind(objs, "ConfigMap")
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,8 +242,6 @@ def test_mesh_yaml_loads_in_the_app_and_dials_headless_services(objects: dict[st
 
 
 def test_pods_roll_when_mesh_yaml_changes(helm: Path) -> None:
-    from tests.deploy.deploy_tools import documents, helm_template
-
     def checksums(*flags: str) -> set[str]:
         deps = of_kind(documents(helm_template(helm, *flags).stdout), "Deployment")
         return {d["spec"]["template"]["metadata"]["annotations"]["checksum/mesh"] for d in deps}

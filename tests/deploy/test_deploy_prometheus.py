@@ -60,7 +60,7 @@ def test_burn_rate_alerts_follow_the_sre_workbook() -> None:
 def test_rules_name_only_contract_metrics_and_recorded_series(tools_python: Path) -> None:
     exprs = [r["expr"] for r in rules()]
     known = series_names() | recorded_names()
-    for expr, parsed in zip(exprs, parse_promql(tools_python, exprs)):
+    for expr, parsed in zip(exprs, parse_promql(tools_python, exprs), strict=True):
         assert parsed.error is None, (expr, parsed.error)
         assert set(parsed.names) <= known, (set(parsed.names) - known, expr)
 

@@ -76,3 +76,16 @@ def test_cli_error_is_a_json_line_and_a_failing_exit_code(gateway_addr: str) -> 
     assert code != 0
     assert events == [{"type": "error", "code": "INVALID_ARGUMENT", "message": "sampling.top_p: is 0.0; must be in (0, 1]",
                        "field_violations": [{"field": "sampling.top_p", "description": "is 0.0; must be in (0, 1]"}]}]
+
+
+def test_repeated_prompt_is_served_from_the_prefix_cache_with_equal_tokens(gateway_addr: str, mesh: Proc) -> None:
+    thinker_metrics = mesh.ports["thinker"]["metrics_port"]
+    text = "Summarise the following: " + " ".join(f"item {i}" for i in range(40))
+    hits_before = metric_value(scrape(thinker_metrics), "omnimesh_prefix_cache_hits_total")
+    first = chat_json(gateway_addr, text, "--greedy", "--max-tokens", "12")
+    second = chat_json(gateway_addr, text, "--greedy", "--max-tokens", "12")
+    hits = metric_value(scrape(thinker_metrics), "omnimesh_prefix_cache_hits_total") - hits_before
+    assert first[0] == second[0] == 0
+    assert [e for e in first[1] if e["type"] == "text"] == [e for e in second[1] if e["type"] == "text"]
+    assert second[1][-2]["cached_prompt_tokens"] > 64
+    assert hits == second[1][-2]["cached_prompt_tokens"]

@@ -6,6 +6,7 @@ from typing import Sequence
 
 import torch
 
+from runtime.errors import InvalidArgument
 from services.talker.model.config import TalkerTokens
 
 
@@ -27,10 +28,10 @@ class _Scan:
         self.last_max = torch.tensor(-1.0)
         self.next = torch.tensor(0.0)
 
-    def add(self, block: torch.Tensor, last_max: torch.Tensor | None = None) -> None:
+    def add(self, block: torch.Tensor) -> None:
         if block.shape[1]:
             self.blocks.append(block)
-            self.last_max = block.max() if last_max is None else last_max
+            self.last_max = block.max()
 
     def run(self, n: int) -> None:
         """n positions advancing all three axes together."""
@@ -75,8 +76,8 @@ def talker_positions(
     media spans are `start` + body + `end` and the text after a span resumes at max(position so far) + 1.
     Grids are the request's images and videos in prompt order, consumed in the order the spans appear here,
     as the reference does; audio span lengths are read from the run of audio pads. Like the reference, the
-    talker never sets `use_audio_in_video`, so a `<vision_start><audio_start>` span only interleaves when
-    another image or video is still pending.
+    talker never sets `use_audio_in_video`, so a lone `<vision_start><audio_start>` span gets plain text
+    positions (the reference raises IndexError when another image or video follows such a span).
     """
     if not images and not videos:
         return torch.arange(len(ids), dtype=torch.float32).expand(3, len(ids)).clone()
@@ -94,8 +95,7 @@ def talker_positions(
         aus = ids.index(tok.audio_start, st) if has_audio and left["audio"] > 0 else far
         at = min(vs, aus)
         scan.run(at - st)
-        edge = 2 if at == vs and vs + 1 == aus else 1  # <vision_start><audio_start> opens an audio-in-video span
-        scan.run(edge)
+        scan.run(1)  # the span's start token
         if at == aus:
             n = _run_length(ids, at + 1, tok.audio_pad)
             scan.add(torch.arange(n, dtype=torch.float32).expand(3, n) + scan.next)
@@ -110,41 +110,15 @@ def talker_positions(
             st = at + 1 + block.shape[1] + 1
             image_i, video_i = image_i + is_image, video_i + (not is_image)
             left["image" if is_image else "video"] -= 1
-        else:  # audio inside a video: audio and video positions merged by time, video first on ties
-            grid = videos[video_i]
-            video = _vision_block(grid, grid.seconds_per_grid, position_id_per_seconds, spatial_merge_size, scan.next)
-            n_audio = _count_audio_in_span(ids, at + 2, tok)
-            audio = torch.arange(n_audio, dtype=torch.float32).expand(3, n_audio) + scan.next
-            scan.add(*_merge_by_time(video, audio))
-            st = at + 2 + n_audio + video.shape[1] + 2
-            video_i += 1
-            left["video"] -= 1
-            left["audio"] -= 1
+        else:
+            raise InvalidArgument(
+                "prompt_ids", "speech output does not support an audio-in-video span followed by another image or "
+                "video (transformers' talker fails on it too); send the audio and the video separately",
+            )
         scan.resync()
-        scan.run(edge)
+        scan.run(1)  # the span's end token
     if st < len(ids):
         scan.resync()
         scan.run(len(ids) - st)
     return scan.positions()
 
-
-def _count_audio_in_span(ids: Sequence[int], at: int, tok: TalkerTokens) -> int:
-    """Audio pads of an interleaved audio-in-video span starting at `at`, up to the first non-pad token."""
-    n = 0
-    while at < len(ids) and ids[at] in (tok.audio_pad, tok.video_pad):
-        n += ids[at] == tok.audio_pad
-        at += 1
-    return n
-
-
-def _merge_by_time(video: torch.Tensor, audio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merged positions (video first on equal t), and the max of the trailing run from one source.
-
-    The reference resumes text after the last *piece* it appended, which for this merge is that trailing run.
-    """
-    source = torch.cat((torch.zeros(video.shape[1]), torch.ones(audio.shape[1])))
-    order = torch.cat((video[0], audio[0])).argsort(stable=True)  # stable: video (first) wins ties
-    merged, source = torch.cat((video, audio), dim=1)[:, order], source[order]
-    changes = (source != source[-1]).nonzero()
-    run_start = int(changes[-1]) + 1 if len(changes) else 0
-    return merged, merged[:, run_start:].max()

@@ -5,15 +5,21 @@ from the reference's own thinker run), and the generated thinker ids one at a ti
 """
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from tests.parity.talker.talker_reference import ASSISTANT_HEADER, SYSTEM_TURN, ReferenceSpeech, assert_codes_match, reference_speech, text_prompt, user_turn
+from safetensors.torch import load_file, save_file
+from tests.parity.talker.talker_reference import (
+    ASSISTANT_HEADER, SYSTEM_TURN, ReferenceSpeech, assert_codes_match, reference_speech, text_prompt, user_turn,
+)
 
 from runtime.checkpoint import token_ids as T
+from runtime.checkpoint.hf_compat import apply_talker_audio_config_fix
 from services.talker.model.generate import lockstep_generate
-from services.talker.model.load import TalkerModel
+from services.talker.model.load import TalkerModel, load_talker_model
 from services.talker.model.mrope import VisualGrid
 from services.talker.model.prompt import SpeechPrompt, user_turn_positions
 
@@ -85,3 +91,35 @@ def test_video_input_matches(hf_omni: Any, talker_model: TalkerModel, seconds_pe
     ref = reference_speech(hf_omni, prompt, "Ethan", T.IM_END, max_text=6, max_frames=MAX_FRAMES, **media)
     result = ours(talker_model, prompt, ref, "ethan", T.IM_END, videos=(VisualGrid(2, 4, 4, seconds_per_grid),))
     assert_codes_match(ref.codes, result, min_frames=8)
+
+
+@pytest.fixture(scope="module")
+def eos_ckpt(demo_ckpt: Path, hf_omni: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo checkpoint with the codec-EOS row of `codec_head` made a 1.02x copy of the row of the code the
+    talker picks (first time) at frame 5 or later, so greedy decoding ends with EOS within a few frames."""
+    run = reference_speech(hf_omni, text_prompt([200, 300, 400, 500]), "Ethan", T.IM_END, max_text=10, max_frames=8)
+    code0 = run.codes[0].tolist()
+    frame = next(f for f in range(5, 8) if code0[f] not in code0[:f])
+    out = tmp_path_factory.mktemp("eos_ckpt")
+    shutil.copytree(demo_ckpt, out, dirs_exist_ok=True)
+    tensors = load_file(out / "model.safetensors")
+    head = tensors["talker.codec_head.weight"]
+    head[T.CODEC_EOS] = 1.02 * head[code0[frame]]
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+def test_codec_eos_ends_speech_like_the_reference(eos_ckpt: Path) -> None:
+    """The talker's EOS ends a row without a frame for it; frames = talker tokens - 1, as in the reference."""
+    import transformers
+
+    hf = transformers.Qwen3OmniMoeForConditionalGeneration.from_pretrained(
+        eos_ckpt, dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
+    apply_talker_audio_config_fix(hf.config)
+    model = load_talker_model(eos_ckpt)
+    prompt = text_prompt([200, 300, 400, 500])
+    ref = reference_speech(hf, prompt, "Ethan", T.IM_END, max_text=10, max_frames=MAX_FRAMES)
+    result = ours(model, prompt, ref, "ethan", T.IM_END)
+    assert ref.codes.shape[1] < MAX_FRAMES  # the reference stopped on EOS
+    assert assert_codes_match(ref.codes, result) == ref.codes.shape[1] == result.codes.shape[1]

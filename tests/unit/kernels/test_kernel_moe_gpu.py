@@ -104,16 +104,17 @@ def test_fused_moe_matches_reference_at_real_and_small_shapes(
     assert rel_err(out[ok], ref[ok]) < TOL
 
 
-def test_fused_moe_has_no_host_sync_and_replays_in_a_cuda_graph() -> None:
+@pytest.mark.parametrize("tokens", [16, 300])  # one-program Triton grouping, then the torch-ops grouping
+def test_fused_moe_has_no_host_sync_and_replays_in_a_cuda_graph(tokens: int) -> None:
     pytest.importorskip("triton")
     router, w_gate_up, w_down = weights(128, 256, 128, seed=9)
-    static_x = torch.randn(16, 256, device="cuda").to(BF16)
+    static_x = torch.randn(tokens, 256, device="cuda").to(BF16)
     fused_moe(static_x, router, w_gate_up, w_down, 8)  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_out = fused_moe(static_x, router, w_gate_up, w_down, 8)
-    fresh = torch.randn(16, 256, device="cuda").to(BF16)
+    fresh = torch.randn(tokens, 256, device="cuda").to(BF16)
     static_x.copy_(fresh)
     graph.replay()
     torch.cuda.synchronize()

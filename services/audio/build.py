@@ -1,0 +1,56 @@
+"""Assembles the audio stage: log-mel front end, AuT encoder, batching service and servicer on a StageServer."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from omnimesh.v1 import audio_pb2_grpc, common_pb2
+from runtime.build_info import build_string
+from runtime.config import MeshConfig
+from runtime.server import StageServer
+from services.audio.features import LogMelExtractor, MelConfig
+from services.audio.model import AudioEncoder
+from services.audio.service import AudioService
+from services.audio.servicer import AudioServicer
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "omnimesh.v1.Audio"
+
+
+def build_audio_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> AudioService:
+    stage = mesh.audio
+    device = torch.device(stage.device)
+    encoder = AudioEncoder.load(model_dir, device=device, dtype=getattr(torch, stage.dtype))
+    mel = MelConfig.from_checkpoint(model_dir)
+    if mel.feature_size != encoder.config.num_mel_bins:
+        raise ValueError(f"{model_dir}: preprocessor_config.json feature_size={mel.feature_size} but the audio encoder "
+                         f"takes num_mel_bins={encoder.config.num_mel_bins}; use the checkpoint's own preprocessor")
+    extractor = LogMelExtractor(mel, device)
+    service = AudioService(extractor, encoder, server.metrics, stage.encoder)
+    limits = service.limits
+    log.info("audio: AuT %d layers -> %d, on %s %s; batches up to %.0f s, requests up to %.0f s",
+             encoder.config.encoder_layers, encoder.config.output_dim, device, stage.dtype,
+             limits.max_batch_seconds, limits.max_request_seconds)
+    return service
+
+
+def stage_info(mesh: MeshConfig, server: StageServer, service: AudioService) -> common_pb2.StageInfo:
+    cfg, limits = service.encoder.config, service.limits
+    return common_pb2.StageInfo(
+        stage="audio", replica=server.replica, model=mesh.model, build=build_string(),
+        device=str(service.encoder.device),
+        dims={"output_dim": cfg.output_dim, "num_mel_bins": cfg.num_mel_bins,
+              "sampling_rate": service.mel_config.sampling_rate},
+        limits={"max_batch_seconds": int(limits.max_batch_seconds),
+                "max_request_seconds": int(limits.max_request_seconds),
+                "min_samples": limits.min_samples})
+
+
+async def build_audio(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
+    service = build_audio_service(mesh, model_dir, server)
+    servicer = AudioServicer(service, stage_info(mesh, server, service))
+    server.add_service(audio_pb2_grpc.add_AudioServicer_to_server, servicer, SERVICE_NAME)
+    return service.close

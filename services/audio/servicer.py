@@ -1,0 +1,28 @@
+"""gRPC edge of the audio stage: converts protobuf and calls AudioService."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from omnimesh.v1 import audio_pb2, audio_pb2_grpc, common_pb2
+from runtime.logs import request_id_var
+from services.audio.service import AudioService
+from services.audio.wire import read_encode_input, to_pb
+
+
+class AudioServicer(audio_pb2_grpc.AudioServicer):
+    def __init__(self, service: AudioService, info: common_pb2.StageInfo) -> None:
+        self._service = service
+        self._info = info
+
+    async def Encode(self, request_iterator: AsyncIterator[audio_pb2.AudioRequest],
+                     context: grpc.aio.ServicerContext) -> AsyncIterator[audio_pb2.AudioResponse]:
+        inp = await read_encode_input(request_iterator, self._service.limits)
+        request_id_var.set(inp.request_id or "-")
+        async for out in self._service.encode(inp):
+            for msg in to_pb(out):
+                yield msg
+
+    async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> common_pb2.StageInfo:
+        return self._info

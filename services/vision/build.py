@@ -1,0 +1,41 @@
+"""Assembles the vision stage: tower and preprocessor, batching service and servicer on a StageServer."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from omnimesh.v1 import common_pb2, vision_pb2_grpc
+from runtime.build_info import build_string
+from runtime.config import MeshConfig
+from runtime.server import StageServer
+from services.vision.encoder import VisionEncoder
+from services.vision.service import VisionService
+from services.vision.servicer import VisionServicer
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "omnimesh.v1.Vision"
+
+
+def stage_info(service: VisionService, mesh: MeshConfig, replica: str) -> common_pb2.StageInfo:
+    tower, processing = service.encoder.tower, service.processing
+    return common_pb2.StageInfo(
+        stage="vision", replica=replica, model=mesh.model, build=build_string(), device=str(tower.device),
+        dims={"out_hidden_size": tower.cfg.out_hidden_size, "num_deepstack": len(tower.cfg.deepstack_visual_indexes),
+              "patch_size": processing.patch_size, "merge_size": processing.merge_size,
+              "temporal_patch_size": processing.temporal_patch_size},
+        limits={"max_batch_patches": service.max_batch_patches, "max_request_patches": service.max_request_patches})
+
+
+async def build_vision(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
+    stage = mesh.vision
+    encoder = VisionEncoder.load(model_dir, torch.device(stage.device), getattr(torch, stage.dtype))
+    service = VisionService(encoder, server.metrics, stage.encoder)
+    log.info("vision: tower of %d blocks on %s %s (%s attention), %d patches per forward, %d per request",
+             encoder.tower.cfg.depth, encoder.tower.device, stage.dtype, encoder.tower.attention_backend,
+             service.max_batch_patches, service.max_request_patches)
+    servicer = VisionServicer(service, stage_info(service, mesh, server.replica))
+    server.add_service(vision_pb2_grpc.add_VisionServicer_to_server, servicer, SERVICE_NAME)
+    return service.close

@@ -1,0 +1,28 @@
+"""gRPC edge of the vision stage: converts protobuf and calls VisionService."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from omnimesh.v1 import common_pb2, vision_pb2, vision_pb2_grpc
+from runtime.logs import request_id_var
+from services.vision.service import VisionService
+from services.vision.wire import read_encode_input, to_pb
+
+
+class VisionServicer(vision_pb2_grpc.VisionServicer):
+    def __init__(self, service: VisionService, info: common_pb2.StageInfo) -> None:
+        self._service = service
+        self._info = info
+
+    async def Encode(self, request_iterator: AsyncIterator[vision_pb2.VisionRequest],
+                     context: grpc.aio.ServicerContext) -> AsyncIterator[vision_pb2.VisionResponse]:
+        inp = await read_encode_input(request_iterator, self._service.processing, self._service.max_request_patches)
+        request_id_var.set(inp.request_id or "-")
+        async for out in self._service.encode(inp):
+            for msg in to_pb(out):
+                yield msg
+
+    async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> common_pb2.StageInfo:
+        return self._info

@@ -1,0 +1,42 @@
+"""Vision stage fixtures: one real `python -m services.vision` process on the demo checkpoint, and the same tower
+loaded in-process as the reference its answers must equal."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from runtime.server import READY_PREFIX
+from services.vision.encoder import VisionEncoder
+from tests.integration.conftest import python_module
+from tests.integration.mesh_process import Proc, start
+
+# A long batch window so concurrent test requests reliably share a forward on a busy 2-core machine;
+# small caps so the limit checks are cheap to reach.
+MAX_BATCH_PATCHES = 2048
+MAX_REQUEST_PATCHES = 4096
+VISION_MESH = {"vision": {"enabled": True, "encoder": {
+    "max_batch_size": MAX_BATCH_PATCHES, "max_request_size": MAX_REQUEST_PATCHES, "batch_wait_ms": 250.0}}}
+
+
+@pytest.fixture(scope="session")
+def vision_stage(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
+    config = tmp_path_factory.mktemp("vision") / "mesh.yaml"
+    config.write_text(yaml.safe_dump(VISION_MESH))
+    proc = start(python_module("services.vision", "--model", str(demo_ckpt), "--config", str(config), "--port", "0",
+                               "--metrics-port", "0", "--replica", "vision-test"), READY_PREFIX, timeout=120)
+    yield proc
+    assert proc.stop() == 0
+
+
+@pytest.fixture(scope="session")
+def vision_addr(vision_stage: Proc) -> str:
+    return f"127.0.0.1:{vision_stage.ports['grpc_port']}"
+
+
+@pytest.fixture(scope="session")
+def local_encoder(demo_ckpt: Path) -> VisionEncoder:
+    """The reference: the same checkpoint's tower in this process, fp32 on CPU, as the stage runs it."""
+    return VisionEncoder.load(demo_ckpt, "cpu", torch.float32)
