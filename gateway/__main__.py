@@ -1,26 +1,39 @@
 """`python -m gateway`: the public API process."""
 from __future__ import annotations
 
+import argparse
 import os
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
+from runtime.config import STAGES, MeshConfig
+from runtime.server import StageServer
 from runtime.stage_main import run_stage, stage_arg_parser
 from gateway.build import build_gateway
 
 
+def with_flags(mesh: MeshConfig, args: argparse.Namespace, env_keys: tuple[str, ...]) -> MeshConfig:
+    """Stage addresses from --<stage>-addr (a stage given an address is enabled) and API keys from the environment."""
+    for stage in STAGES:
+        addr = getattr(args, f"{stage}_addr")
+        if addr:
+            mesh = replace(mesh, **{stage: replace(mesh.stage(stage), address=addr, enabled=True)})
+    if env_keys:
+        mesh = replace(mesh, gateway=replace(mesh.gateway, api_keys=mesh.gateway.api_keys + env_keys))
+    return mesh
+
+
 def main() -> None:
     parser = stage_arg_parser("gateway")
-    parser.add_argument("--thinker-addr", help="thinker target, e.g. 127.0.0.1:50052 (overrides thinker.address)")
+    for stage in STAGES:
+        parser.add_argument(f"--{stage}-addr", help=f"{stage} target, e.g. 127.0.0.1:50052 or dns:///{stage}:50051")
     args, _ = parser.parse_known_args()
     # API keys come from the environment (a Kubernetes Secret), read here at start, never at import.
     env_keys = tuple(k for k in os.environ.get("OMNIMESH_API_KEYS", "").split(",") if k)
 
-    async def build(mesh, model_dir, server):
-        if args.thinker_addr:
-            mesh = replace(mesh, thinker=replace(mesh.thinker, address=args.thinker_addr))
-        if env_keys:
-            mesh = replace(mesh, gateway=replace(mesh.gateway, api_keys=mesh.gateway.api_keys + env_keys))
-        return await build_gateway(mesh, model_dir, server)
+    async def build(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
+        return await build_gateway(with_flags(mesh, args, env_keys), model_dir, server)
 
     run_stage("gateway", build, parser=parser)
 

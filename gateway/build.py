@@ -12,6 +12,7 @@ from runtime.config import MeshConfig
 from runtime.server import StageServer
 from services.vision.processing_config import VisionProcessingConfig  # moves to runtime/ with the vision stage
 from gateway.clients.encoders import AudioClient, VisionClient
+from gateway.clients.talker import TalkerClient
 from gateway.clients.thinker import ThinkerClient
 from gateway.media.vision import VisionMediaConfig
 from gateway.media_prep import MediaPipeline
@@ -29,12 +30,16 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer) 
     thinker_channel = open_channel(mesh.thinker.address, mesh.gateway.server.max_message_bytes)
     thinker = ThinkerClient(thinker_channel, server.metrics)
     media = build_media_pipeline(mesh, model_dir, server)
-    service = OmniService(PromptBuilder.from_dir(model_dir), thinker, media, server.metrics,
-                          mesh.gateway.stage_timeout_s, serves_audio_out=False)
+    talker = None
+    if mesh.talker.enabled and mesh.talker.address:
+        talker = TalkerClient(open_channel(mesh.talker.address, mesh.gateway.server.max_message_bytes), server.metrics)
+    service = OmniService(PromptBuilder.from_dir(model_dir), thinker, media, talker, server.metrics,
+                          mesh.gateway.stage_timeout_s)
     served_inputs = media.served_inputs
     info = omni_pb2.OmniInfo(
         gateway=common_pb2.StageInfo(stage="gateway", replica=server.replica, model=mesh.model, build=build_string()),
-        input_modalities=["text", *sorted(served_inputs)], output_modalities=[omni_pb2.MODALITY_TEXT])
+        input_modalities=["text", *sorted(served_inputs)],
+        output_modalities=[omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if talker else []))
     server.add_service(omni_pb2_grpc.add_OmniServicer_to_server, OmniServicer(service, mesh.gateway, info),
                        SERVICE_NAME)
     return lambda: None

@@ -10,9 +10,11 @@ from omnimesh.v1 import common_pb2
 from runtime.errors import InvalidArgument, Unimplemented
 from runtime.metrics import Metrics
 from gateway.chat_input import ChatInput
+from gateway.clients.talker import SpeakSetup, TalkerClient
 from gateway.clients.thinker import TextChunk, ThinkerClient, ThinkerDone, ThinkerPrompt
 from gateway.media_prep import MediaPipeline, thinker_media
 from gateway.prompt import PromptBuilder
+from gateway.speech import AudioEvent, ErrorEvent, speak_along
 
 log = logging.getLogger(__name__)
 
@@ -34,24 +36,25 @@ class DoneEvent:
     finish_reason: int  # common_pb2.FinishReason
 
 
-ChatEventOut = TextEvent | UsageEvent | DoneEvent
+ChatEventOut = TextEvent | AudioEvent | ErrorEvent | UsageEvent | DoneEvent
 
 
 class OmniService:
     """Routes a request: builds the prompt, calls the thinker, and orders what comes back."""
 
-    def __init__(self, prompts: PromptBuilder, thinker: ThinkerClient, media: MediaPipeline, metrics: Metrics,
-                 stage_timeout_s: float, serves_audio_out: bool) -> None:
+    def __init__(self, prompts: PromptBuilder, thinker: ThinkerClient, media: MediaPipeline,
+                 talker: TalkerClient | None, metrics: Metrics, stage_timeout_s: float) -> None:
         self.prompts = prompts
         self.thinker = thinker
         self.media = media
+        self.talker = talker
         self.metrics = metrics
         self.stage_timeout_s = stage_timeout_s
         self._max_model_len: int | None = None  # from the thinker's Info, fetched on first use
-        self.serves_audio_out = serves_audio_out
+        self._voices: list[str] | None = None  # from the talker's Info
 
     def check_served(self, chat: ChatInput) -> None:
-        if chat.want_audio and not self.serves_audio_out:
+        if chat.want_audio and self.talker is None:
             raise Unimplemented("output_modalities: audio output is not served by this deployment (no talker stage)")
 
     async def max_model_len(self) -> int:
@@ -60,9 +63,17 @@ class OmniService:
             self._max_model_len = int(info.limits["max_model_len"])
         return self._max_model_len
 
+    async def voices(self) -> list[str]:
+        if self._voices is None:
+            assert self.talker is not None
+            self._voices = list((await self.talker.info(self.stage_timeout_s)).voices)
+        return self._voices
+
     async def chat(self, chat: ChatInput, timeout: float | None) -> AsyncIterator[ChatEventOut]:
         t0 = time.monotonic()
         self.check_served(chat)
+        if chat.want_audio and chat.voice and chat.voice.lower() not in (voices := await self.voices()):
+            raise InvalidArgument("voice", f"unknown voice {chat.voice!r}; this deployment speaks {', '.join(voices)}")
         decoded = await self.media.decode(chat.media)
         prompt = self.prompts.build(chat, media_token_counts=[d.num_tokens for d in decoded])
         context_len = await self.max_model_len()
@@ -72,10 +83,15 @@ class OmniService:
         encoded = await self.media.encode(chat.request_id, decoded, timeout) if decoded else []
         spans, tensors = thinker_media(prompt.spans, decoded, encoded)
         thinker_prompt = ThinkerPrompt(chat.request_id, prompt.ids, spans, tensors, chat.use_audio_in_video)
+        stream = self.thinker.generate(thinker_prompt, chat.sampling, want_conditioning=chat.want_audio,
+                                       timeout=timeout)
+        if chat.want_audio:
+            assert self.talker is not None
+            setup = SpeakSetup(chat.request_id, chat.voice.lower(), prompt.ids, spans, chat.return_codes)
+            stream = speak_along(stream, self.talker, setup, self.metrics, t0, timeout)
         last = None
         m = self.metrics
-        async for out in self.thinker.generate(thinker_prompt, chat.sampling, want_conditioning=False,
-                                               timeout=timeout):
+        async for out in stream:
             if isinstance(out, TextChunk):
                 now = time.monotonic()
                 if last is None:
@@ -91,3 +107,5 @@ class OmniService:
                 m.get("omnimesh_generation_tokens_total").inc(out.usage.completion_tokens)
                 yield UsageEvent(out.usage)
                 yield DoneEvent(out.finish_reason)
+            else:
+                yield out  # AudioEvent or ErrorEvent

@@ -13,7 +13,8 @@ from runtime.errors import OmniError
 from runtime.logs import request_id_var
 from gateway.auth import check_api_key
 from gateway.chat_input import chat_input_from_pb
-from gateway.service import DoneEvent, OmniService, TextEvent, UsageEvent
+from gateway.service import ChatEventOut, DoneEvent, OmniService, TextEvent, UsageEvent
+from gateway.speech import AudioEvent, ErrorEvent
 
 
 class OmniServicer(omni_pb2_grpc.OmniServicer):
@@ -53,10 +54,14 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         return self._info
 
 
-def _to_pb(seq: int, ev: TextEvent | UsageEvent | DoneEvent) -> omni_pb2.ChatEvent:
+def _to_pb(seq: int, ev: ChatEventOut) -> omni_pb2.ChatEvent:
     if isinstance(ev, TextEvent):
         return omni_pb2.ChatEvent(sequence=seq, text=omni_pb2.TextDelta(text=ev.text, token_ids=ev.token_ids,
                                                                         logprobs=ev.logprobs))
+    if isinstance(ev, AudioEvent):
+        return omni_pb2.ChatEvent(sequence=seq, audio=ev.chunk)
+    if isinstance(ev, ErrorEvent):
+        return omni_pb2.ChatEvent(sequence=seq, error=omni_pb2.Error(code=ev.code, message=ev.message, stage=ev.stage))
     if isinstance(ev, UsageEvent):
         return omni_pb2.ChatEvent(sequence=seq, usage=ev.usage)
     return omni_pb2.ChatEvent(sequence=seq, done=omni_pb2.Done(finish_reason=ev.finish_reason))

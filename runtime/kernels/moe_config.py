@@ -25,7 +25,7 @@ class MoeConfig(NamedTuple):
     block_m: int
     gate_up: GemmConfig
     down: GemmConfig
-    align_small_max_pairs: int  # up to this many (token, expert) pairs the one-program Triton grouping is used
+    align_small_max_pairs: int  # up to this many (token, expert) pairs the one-program grouping, past it the parallel
 
 
 def shape_key(num_experts: int, hidden: int, inter: int, top_k: int) -> str:
@@ -41,10 +41,10 @@ def default_config(num_tokens: int, num_experts: int, top_k: int) -> MoeConfig:
     """An untuned config that is correct everywhere and reasonable on Hopper; rows per expert pick the row block."""
     rows_per_expert = num_tokens * top_k / max(num_experts, 1)
     if rows_per_expert <= 16:
-        return MoeConfig(16, GemmConfig(64, 128, 4, 4), GemmConfig(64, 128, 4, 4), 1024)
+        return MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), 64)
     if rows_per_expert <= 64:
-        return MoeConfig(32, GemmConfig(64, 64, 4, 4), GemmConfig(64, 64, 4, 4), 1024)
-    return MoeConfig(64, GemmConfig(64, 64, 4, 3), GemmConfig(128, 64, 4, 3), 1024)
+        return MoeConfig(32, GemmConfig(64, 64, 4, 4), GemmConfig(64, 64, 4, 4), 64)
+    return MoeConfig(64, GemmConfig(64, 64, 4, 3), GemmConfig(128, 64, 4, 3), 64)
 
 
 def config_from_json(entry: dict) -> MoeConfig:

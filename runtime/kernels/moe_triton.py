@@ -6,11 +6,12 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from runtime.kernels.moe_align import MoeAlignment, align_torch
+from runtime.kernels.moe_align import MoeAlignment
+from runtime.kernels.moe_align_triton import align_triton_parallel, align_triton_small
 from runtime.kernels.moe_config import MoeConfig, moe_config
 from runtime.kernels.moe_gemm_triton import down_weighted, gate_up_silu
 from runtime.kernels.moe_reference import Routing, SharedExpert, shared_expert_forward
-from runtime.kernels.moe_route_triton import align_triton_small, topk_softmax_triton
+from runtime.kernels.moe_route_triton import topk_softmax_triton
 
 
 @functools.cache
@@ -24,10 +25,10 @@ def config_for(x: torch.Tensor, w_gate_up: torch.Tensor, top_k: int) -> MoeConfi
 
 
 def align(topk_ids: torch.Tensor, num_experts: int, cfg: MoeConfig) -> MoeAlignment:
-    """The one-program Triton grouping for small batches (one launch), torch ops for large ones (a few, parallel)."""
+    """The one-program grouping for small batches (one launch), the parallel one (three launches) past the tuned size."""
     if topk_ids.numel() <= cfg.align_small_max_pairs:
         return align_triton_small(topk_ids, num_experts, cfg.block_m)
-    return align_torch(topk_ids, num_experts, cfg.block_m)
+    return align_triton_parallel(topk_ids, num_experts, cfg.block_m)
 
 
 def experts_triton(

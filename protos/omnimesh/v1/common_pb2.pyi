@@ -112,7 +112,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StageInfo(_message.Message):
-    __slots__ = ("stage", "replica", "model", "build", "dims", "limits", "device")
+    __slots__ = ("stage", "replica", "model", "build", "dims", "limits", "device", "voices")
     class DimsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,7 @@ class StageInfo(_message.Message):
     DIMS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    VOICES_FIELD_NUMBER: _ClassVar[int]
     stage: str
     replica: str
     model: str
@@ -141,7 +142,8 @@ class StageInfo(_message.Message):
     dims: _containers.ScalarMap[str, int]
     limits: _containers.ScalarMap[str, int]
     device: str
-    def __init__(self, stage: _Optional[str] = ..., replica: _Optional[str] = ..., model: _Optional[str] = ..., build: _Optional[str] = ..., dims: _Optional[_Mapping[str, int]] = ..., limits: _Optional[_Mapping[str, int]] = ..., device: _Optional[str] = ...) -> None: ...
+    voices: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stage: _Optional[str] = ..., replica: _Optional[str] = ..., model: _Optional[str] = ..., build: _Optional[str] = ..., dims: _Optional[_Mapping[str, int]] = ..., limits: _Optional[_Mapping[str, int]] = ..., device: _Optional[str] = ..., voices: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token_id", "logprob", "top")

@@ -34,15 +34,16 @@ class FakeRunner:
     """Runs a batch like a real paged model would, minus the maths.
 
     It writes each computed token into a fake KV cache at the slot the block manager gives, then reads the whole
-    history back through the block table to make its logits: a block handed to two sequences at once, a slot
-    off by one, or a preempted sequence that does not recompute would change the tokens it picks.
+    history back through the block table to make its logits: a block handed to two sequences with different
+    content, a slot off by one, a prefix-cache hit on the wrong block, or a preempted sequence that does not
+    recompute would change the tokens it picks (or trip an assert here).
     """
 
     def __init__(self, blocks: BlockManager, vocab: int = 50, device: str = "cpu") -> None:
         self.blocks = blocks
         self.vocab = vocab
         self.device = torch.device(device)
-        self.kv: dict[int, tuple[int, int, int]] = {}  # slot -> (seq_id, position, token)
+        self.kv: dict[int, tuple[int, int]] = {}  # slot -> (position, token) whose KV it holds
         self.batches: list[list[tuple[int, int, int]]] = []  # per step: (seq_id, start, num_tokens)
         self.released: list[int] = []
 
@@ -54,13 +55,17 @@ class FakeRunner:
             start = seq.num_computed_tokens
             assert len(seq.block_table) * self.blocks.block_size >= start + r.num_tokens, "too few blocks"
             for pos in range(start, start + r.num_tokens):
-                self.kv[self.blocks.slot(seq, pos)] = (seq.seq_id, pos, seq.token_id(pos))
+                slot = self.blocks.slot(seq, pos)
+                entry = (pos, seq.token_id(pos))
+                if self.blocks._refs[slot // self.blocks.block_size] > 1:  # a shared block is read-only
+                    assert self.kv.get(slot) == entry, f"seq {seq.seq_id} overwrites shared slot {slot}"
+                self.kv[slot] = entry
             if r.samples:
                 end = start + r.num_tokens
                 history = []
                 for pos in range(end):
-                    owner, p, tok = self.kv[self.blocks.slot(seq, pos)]
-                    assert (owner, p) == (seq.seq_id, pos), f"slot of {seq.seq_id}@{pos} holds {owner}@{p}"
+                    p, tok = self.kv[self.blocks.slot(seq, pos)]
+                    assert p == pos, f"slot of {seq.seq_id}@{pos} holds position {p}"
                     history.append(tok)
                 rows.append(self.logits(history))
         if not rows:

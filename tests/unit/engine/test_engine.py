@@ -21,8 +21,8 @@ VOCAB = 50
 
 
 def make_engine(max_num_seqs: int = 8, max_batch_tokens: int = 64, max_model_len: int = 1000,
-                num_blocks: int = 64, block_size: int = 4) -> tuple[Engine, FakeRunner]:
-    blocks = BlockManager(num_blocks, block_size)
+                num_blocks: int = 64, block_size: int = 4, prefix_cache: bool = True) -> tuple[Engine, FakeRunner]:
+    blocks = BlockManager(num_blocks, block_size, enable_prefix_cache=prefix_cache)
     runner = FakeRunner(blocks, VOCAB)
     sched = Scheduler(SchedulerLimits(max_num_seqs, max_batch_tokens, max_model_len), blocks)
     return Engine(sched, runner), runner
@@ -43,8 +43,8 @@ def run_all(engine: Engine, seqs: list[Sequence], max_steps: int = 1000) -> dict
 
 
 def alone(prompt: list[int], opts: SamplingOptions) -> list[int]:
-    """The tokens a sequence gets with the engine to itself and plenty of KV."""
-    engine, _ = make_engine()
+    """The tokens a sequence gets with the engine to itself, plenty of KV and no prefix cache."""
+    engine, _ = make_engine(prefix_cache=False)
     seq = make_seq(prompt, opts)
     run_all(engine, [seq])
     return seq.output_ids
@@ -88,27 +88,46 @@ def test_batched_greedy_equals_alone() -> None:
         assert s.output_ids == alone(p, greedy(5 + i))
 
 
-def test_preempted_sequences_recompute_and_finish_with_the_right_tokens() -> None:
-    engine, runner = make_engine(max_num_seqs=4, max_batch_tokens=16, num_blocks=9, block_size=4)
+@pytest.mark.parametrize("prefix_cache", [False, True], ids=["plain", "prefix_cache"])
+def test_preempted_sequences_recompute_and_finish_with_the_right_tokens(prefix_cache: bool) -> None:
+    engine, runner = make_engine(max_num_seqs=4, max_batch_tokens=16, num_blocks=9, block_size=4,
+                                 prefix_cache=prefix_cache)
     seqs = [make_seq(p, greedy(8)) for p in PROMPTS]
     events = run_all(engine, seqs)
     assert any(s.num_preemptions > 0 for s in seqs), "the test must force preemption"
-    recomputes = [(sid, start, n) for b in runner.batches for sid, start, n in b if start == 0 and n > 0]
-    assert len(recomputes) > len(seqs)  # first prefills plus recomputes
+    if not prefix_cache:
+        recomputes = [(sid, start, n) for b in runner.batches for sid, start, n in b if start == 0 and n > 0]
+        assert len(recomputes) > len(seqs)  # first prefills plus recomputes
     for p, s in zip(PROMPTS, seqs):
         assert s.output_ids == alone(p, greedy(8))
         assert [e.token_id for e in events[s.seq_id]] == s.output_ids  # one event per token, none repeated
     assert engine.scheduler.blocks.num_free_blocks == 9
 
 
-def test_seeded_sampling_is_the_same_alone_batched_and_preempted() -> None:
+@pytest.mark.parametrize("prefix_cache", [False, True], ids=["plain", "prefix_cache"])
+def test_seeded_sampling_is_the_same_alone_batched_and_preempted(prefix_cache: bool) -> None:
     opts = [SamplingOptions(temperature=1.0, seed=100 + i, max_tokens=8) for i in range(len(PROMPTS))]
-    engine, _ = make_engine(max_num_seqs=4, max_batch_tokens=16, num_blocks=9, block_size=4)
+    engine, _ = make_engine(max_num_seqs=4, max_batch_tokens=16, num_blocks=9, block_size=4,
+                            prefix_cache=prefix_cache)
     seqs = [make_seq(p, o) for p, o in zip(PROMPTS, opts)]
     run_all(engine, seqs)
     assert any(s.num_preemptions > 0 for s in seqs)
     for p, s, o in zip(PROMPTS, seqs, opts):
         assert s.output_ids == alone(p, o)
+
+
+def test_shared_prefixes_reuse_kv_and_keep_every_token_right() -> None:
+    engine, runner = make_engine(max_num_seqs=3, max_batch_tokens=12, num_blocks=12, block_size=4)
+    common = list(range(30, 42))
+    prompts = [common + [i] * (i + 1) for i in range(5)] + [common]
+    seqs = [make_seq(p, greedy(6)) for p in prompts]
+    run_all(engine, seqs)
+    for p, s in zip(prompts, seqs):
+        assert s.output_ids == alone(p, greedy(6))
+    computed = sum(n for b in runner.batches for _, _, n in b)
+    assert computed < sum(len(p) + 5 for p in prompts)  # cached blocks were not recomputed
+    assert sum(s.num_cached_prompt_tokens for s in seqs) > 0
+    assert engine.scheduler.blocks.num_free_blocks == 12
 
 
 def test_different_seeds_give_different_tokens() -> None:
@@ -199,6 +218,21 @@ def test_step_metrics_follow_the_scheduler() -> None:
     assert value("omnimesh_kv_usage_ratio") == pytest.approx(0.2)
     assert value("omnimesh_batch_size_count") == 1 and value("omnimesh_batch_size_sum") == 1
     assert value("omnimesh_batch_tokens_sum") == 5 and value("omnimesh_step_time_seconds_count") == 1
+    assert value("omnimesh_prefix_cache_queries_total") == 5 and value("omnimesh_prefix_cache_hits_total") == 0
+
+
+def test_step_stats_count_prefix_queries_and_hits() -> None:
+    engine, _ = make_engine(block_size=4)
+    prompt = list(range(60, 70))
+    run_all(engine, [make_seq(prompt, greedy(1))])
+    engine.add(make_seq(prompt, greedy(1)))
+    _, stats = engine.step()
+    assert (stats.prefix_queried_tokens, stats.prefix_hit_tokens) == (10, 8)
+    opted_out = make_seq(prompt, greedy(1))
+    opted_out.allow_prefix_cache = False
+    engine.add(opted_out)
+    _, stats = engine.step()
+    assert (stats.prefix_queried_tokens, stats.prefix_hit_tokens) == (0, 0)  # opted out: not a query
 
 
 # --- AsyncEngine --------------------------------------------------------------------------------------------------

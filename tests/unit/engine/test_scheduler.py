@@ -13,8 +13,10 @@ EOS = 99
 
 
 def make_scheduler(max_num_seqs: int = 8, max_batch_tokens: int = 64, max_model_len: int = 1000,
-                   num_blocks: int = 64, block_size: int = 4) -> Scheduler:
-    return Scheduler(SchedulerLimits(max_num_seqs, max_batch_tokens, max_model_len), BlockManager(num_blocks, block_size))
+                   num_blocks: int = 64, block_size: int = 4, prefix_cache: bool = False) -> Scheduler:
+    """Prefix cache off unless asked: these tests count exact blocks and recompute lengths."""
+    return Scheduler(SchedulerLimits(max_num_seqs, max_batch_tokens, max_model_len),
+                     BlockManager(num_blocks, block_size, enable_prefix_cache=prefix_cache))
 
 
 def rows(batch: ScheduledBatch) -> list[tuple[int, int]]:
@@ -29,10 +31,17 @@ def step(sched: Scheduler, token: int = 5) -> ScheduledBatch:
 
 
 def check_block_accounting(sched: Scheduler) -> None:
-    """Every block is either free or owned by exactly one running sequence."""
-    owned = [b for s in sched.running for b in s.block_table]
-    assert len(owned) == len(set(owned))
-    assert sorted(owned + list(sched.blocks._free)) == list(range(sched.blocks.num_blocks))
+    """Each block's reference count is the number of running sequences holding it; free blocks are those at 0."""
+    bm = sched.blocks
+    holders = [0] * bm.num_blocks
+    for s in sched.running:
+        assert len(s.block_table) == len(set(s.block_table)), f"{s} holds a block twice"
+        for block in s.block_table:
+            holders[block] += 1
+    assert holders == bm._refs
+    assert sorted(bm._free) == [b for b in range(bm.num_blocks) if holders[b] == 0]
+    if not bm.enable_prefix_cache:
+        assert max(holders, default=0) <= 1
     assert all(not s.block_table for s in sched.waiting)
 
 
@@ -309,6 +318,70 @@ def test_many_sequences_under_pressure_all_finish_and_return_every_block() -> No
     assert [len(s.output_ids) for s in seqs] == [6, 3, 10, 2, 7, 7]
     assert sched.blocks.num_free_blocks == 8
     assert any(s.num_preemptions for s in seqs)  # the cache was small enough to force recompute
+
+
+# --- with the prefix cache --------------------------------------------------------------------------------------
+
+def test_a_preempted_sequence_gets_its_own_full_blocks_back_from_the_prefix_cache() -> None:
+    sched = make_scheduler(num_blocks=5, block_size=4, prefix_cache=True)
+    first, last = make_seq(list(range(100, 108))), make_seq(list(range(200, 208)))
+    sched.add(first)
+    sched.add(last)
+    step(sched, token=7)  # 2 full blocks each, named in the cache; 1 block free
+    batch = step(sched, token=8)  # first takes the free block; last needs one and is preempted
+    assert rows(batch) == [(first.seq_id, 1)] and last.num_preemptions == 1
+    check_block_accounting(sched)
+    sched.finish(first, FinishReason.STOP)
+    batch = sched.schedule()
+    # Its two full prompt blocks were freed but not evicted: only the token after them is recomputed.
+    assert rows(batch) == [(last.seq_id, 1)] and batch.rows[0].samples
+    assert last.num_computed_tokens == 8
+    sched.postprocess(batch, {last.seq_id: 9})
+    assert last.output_ids == [7, 9]
+    check_block_accounting(sched)
+
+
+def test_sequences_with_one_prompt_share_blocks_and_all_return_them() -> None:
+    sched = make_scheduler(num_blocks=16, block_size=4, prefix_cache=True)
+    prompt = list(range(300, 310))
+    a = make_seq(prompt, SamplingOptions(temperature=0, max_tokens=3))
+    sched.add(a)
+    step(sched)
+    b = make_seq(prompt, SamplingOptions(temperature=0, max_tokens=3))
+    sched.add(b)
+    batch = sched.schedule()
+    assert rows(batch)[-1] == (b.seq_id, 2)  # 8 of 10 prompt tokens came from a's blocks
+    assert b.block_table[:2] == a.block_table[:2] and b.num_cached_prompt_tokens == 8
+    check_block_accounting(sched)
+    sched.postprocess(batch, {r.seq.seq_id: 1 for r in batch.rows if r.samples})
+    while sched.has_work:
+        step(sched)
+        check_block_accounting(sched)
+    assert sched.blocks.num_free_blocks == 16
+    assert sched.num_prefix_queried_tokens == 20 and sched.num_prefix_hit_tokens == 8
+
+
+def test_a_waiting_head_that_cannot_fit_does_not_pin_cached_blocks() -> None:
+    sched = make_scheduler(num_blocks=4, block_size=4, prefix_cache=True)
+    holder = make_seq(list(range(12)), SamplingOptions(temperature=0, max_tokens=100))
+    sched.add(holder)
+    step(sched)  # 3 full blocks, named in the cache; the 1 free block goes to holder's next decode
+    big = make_seq(list(range(8)) + list(range(50, 62)))  # shares 2 blocks, needs 3 more: does not fit
+    sched.add(big)
+    batch = sched.schedule()
+    assert [r.seq for r in batch.rows] == [holder]
+    assert big.block_table == [] and big.num_computed_tokens == 0 and list(sched.waiting) == [big]
+    check_block_accounting(sched)
+
+
+def test_many_sequences_with_shared_prefixes_under_pressure() -> None:
+    sched = make_scheduler(max_num_seqs=4, max_batch_tokens=8, num_blocks=10, block_size=4, prefix_cache=True)
+    common = list(range(400, 408))
+    seqs = [make_seq(common + [i] * n, SamplingOptions(temperature=0, max_tokens=m))
+            for i, (n, m) in enumerate([(1, 6), (5, 3), (0, 9), (9, 2), (2, 7), (3, 7)])]
+    _drive_to_completion(sched, seqs)
+    assert [len(s.output_ids) for s in seqs] == [6, 3, 9, 2, 7, 7]
+    assert sched.blocks.num_free_blocks == 10 and sched.num_prefix_hit_tokens > 0
 
 
 def test_greedy_default_sampling_options_are_used() -> None:

@@ -1,0 +1,137 @@
+"""Triton expert grouping for the MoE GEMMs: one program for decode-size batches, a parallel three-launch path otherwise."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from runtime.kernels._backend import next_power_of_2
+from runtime.kernels.moe_align import MoeAlignment, cdiv, padded_bound
+
+
+@triton.jit(do_not_specialize=["num_pairs", "max_padded", "max_blocks"])
+def _align_small_kernel(
+    topk_ids_ptr, sorted_ids_ptr, expert_ids_ptr, num_padded_ptr,
+    num_pairs, num_experts, max_padded, max_blocks,
+    BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr,
+):
+    experts = tl.arange(0, BLOCK_E)
+    counts = tl.zeros([BLOCK_E], dtype=tl.int32)
+    for start in range(0, num_pairs, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        e = tl.load(topk_ids_ptr + offs, mask=offs < num_pairs, other=BLOCK_E)  # BLOCK_E matches no expert
+        counts += tl.sum((e[:, None] == experts[None, :]).to(tl.int32), 0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, 0)
+    starts = ends - padded
+    total = tl.sum(padded, 0)
+    tl.store(num_padded_ptr, total)
+    for bstart in range(0, max_blocks, CHUNK):
+        blocks = bstart + tl.arange(0, CHUNK)
+        rows = blocks * BLOCK_M
+        inside = (rows[:, None] >= starts[None, :]) & (rows[:, None] < ends[None, :]) & (experts[None, :] < num_experts)
+        owner = tl.sum(tl.where(inside, experts[None, :], 0), 1)
+        owned = tl.sum(inside.to(tl.int32), 1) > 0
+        tl.store(expert_ids_ptr + blocks, tl.where(owned, owner, -1), mask=blocks < max_blocks)
+    for rstart in range(0, max_padded, CHUNK):
+        rows = rstart + tl.arange(0, CHUNK)
+        tl.store(sorted_ids_ptr + rows, tl.zeros([CHUNK], dtype=tl.int32) + num_pairs, mask=rows < total)
+    # the scatter below may overwrite sentinels written by other threads: order the two phases
+    tl.debug_barrier()
+    cursor = starts
+    for start in range(0, num_pairs, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        e = tl.load(topk_ids_ptr + offs, mask=offs < num_pairs, other=BLOCK_E)
+        onehot = (e[:, None] == experts[None, :]).to(tl.int32)  # [CHUNK, BLOCK_E]
+        rank = tl.sum(tl.cumsum(onehot, 0) * onehot, 1) - 1  # rank among earlier pairs of its expert in the chunk
+        dest = tl.sum(onehot * cursor[None, :], 1) + rank
+        tl.store(sorted_ids_ptr + dest, offs, mask=offs < num_pairs)
+        cursor += tl.sum(onehot, 0)
+
+
+def align_triton_small(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> MoeAlignment:
+    """`align_torch` in a single one-program launch: cheapest for decode-size batches, slow for large ones."""
+    num_pairs = topk_ids.numel()
+    max_padded = padded_bound(num_pairs, num_experts, block_m)
+    max_blocks = cdiv(max_padded, block_m)
+    sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=topk_ids.device)
+    expert_ids = torch.empty(max_blocks, dtype=torch.int32, device=topk_ids.device)
+    num_padded = torch.empty(1, dtype=torch.int32, device=topk_ids.device)
+    _align_small_kernel[(1,)](
+        topk_ids, sorted_ids, expert_ids, num_padded, num_pairs, num_experts, max_padded, max_blocks,
+        BLOCK_M=block_m, BLOCK_E=next_power_of_2(num_experts), CHUNK=64, num_warps=4,
+    )
+    return MoeAlignment(sorted_ids, expert_ids, num_padded, block_m)
+
+
+@triton.jit
+def _expert_bounds(counts_ptr, num_experts, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+    """(counts, padded start, padded end) of every expert, recomputed by each program from the global counts."""
+    experts = tl.arange(0, BLOCK_E)
+    counts = tl.load(counts_ptr + experts, mask=experts < num_experts, other=0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, 0)
+    return counts, ends - padded, ends
+
+
+@triton.jit(do_not_specialize=["num_pairs"])
+def _count_pairs_kernel(topk_ids_ptr, counts_ptr, num_pairs, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr):
+    """counts[e] += pairs of this chunk routed to e (one atomic per expert and program)."""
+    offs = tl.program_id(0) * CHUNK + tl.arange(0, CHUNK)
+    e = tl.load(topk_ids_ptr + offs, mask=offs < num_pairs, other=BLOCK_E)
+    experts = tl.arange(0, BLOCK_E)
+    hist = tl.sum((e[:, None] == experts[None, :]).to(tl.int32), 0)
+    tl.atomic_add(counts_ptr + experts, hist, mask=hist > 0)
+
+
+@triton.jit(do_not_specialize=["num_pairs", "max_blocks"])
+def _place_pairs_kernel(
+    topk_ids_ptr, counts_ptr, fill_ptr, sorted_ids_ptr, expert_ids_ptr, num_padded_ptr,
+    num_pairs, num_experts, max_blocks,
+    BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr,
+):
+    """Program p places pair chunk p at its expert's rows, labels block chunk p; program 0 writes the padding."""
+    pid = tl.program_id(0)
+    experts = tl.arange(0, BLOCK_E)
+    counts, starts, ends = _expert_bounds(counts_ptr, num_experts, BLOCK_M, BLOCK_E)
+    offs = pid * CHUNK + tl.arange(0, CHUNK)
+    e = tl.load(topk_ids_ptr + offs, mask=offs < num_pairs, other=BLOCK_E)
+    onehot = (e[:, None] == experts[None, :]).to(tl.int32)  # [CHUNK, BLOCK_E]
+    hist = tl.sum(onehot, 0)
+    # reserve this chunk's rows in each expert; chunks land in whatever order the atomics run, which moves
+    # rows inside an expert's group but changes no row's arithmetic
+    base = tl.atomic_add(fill_ptr + experts, hist, mask=hist > 0) + starts
+    rank = tl.sum(tl.cumsum(onehot, 0) * onehot, 1) - 1
+    dest = tl.sum(onehot * base[None, :], 1) + rank
+    tl.store(sorted_ids_ptr + dest, offs, mask=offs < num_pairs)
+    blocks = pid * CHUNK + tl.arange(0, CHUNK)
+    rows = blocks * BLOCK_M
+    inside = (rows[:, None] >= starts[None, :]) & (rows[:, None] < ends[None, :]) & (experts[None, :] < num_experts)
+    owner = tl.sum(tl.where(inside, experts[None, :], 0), 1)
+    owned = tl.sum(inside.to(tl.int32), 1) > 0
+    tl.store(expert_ids_ptr + blocks, tl.where(owned, owner, -1), mask=blocks < max_blocks)
+    if pid == 0:
+        tl.store(num_padded_ptr, tl.sum(ends - starts, 0))
+        pad = (starts + counts)[:, None] + tl.arange(0, BLOCK_M)[None, :]  # [BLOCK_E, BLOCK_M] padding rows
+        sentinel = tl.zeros([BLOCK_E, BLOCK_M], dtype=tl.int32) + num_pairs
+        tl.store(sorted_ids_ptr + pad, sentinel, mask=pad < ends[:, None])
+
+
+def align_triton_parallel(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> MoeAlignment:
+    """`align_torch` in three launches (a memset, count, place) spread over the GPU: for prefill-size batches."""
+    num_pairs = topk_ids.numel()
+    max_padded = padded_bound(num_pairs, num_experts, block_m)
+    max_blocks = cdiv(max_padded, block_m)
+    device = topk_ids.device
+    sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=device)
+    expert_ids = torch.empty(max_blocks, dtype=torch.int32, device=device)
+    num_padded = torch.empty(1, dtype=torch.int32, device=device)
+    scratch = torch.zeros(2, num_experts, dtype=torch.int32, device=device)  # counts, then rows filled so far
+    chunk = 128
+    block_e = next_power_of_2(num_experts)
+    _count_pairs_kernel[(cdiv(num_pairs, chunk),)](topk_ids, scratch[0], num_pairs, BLOCK_E=block_e, CHUNK=chunk)
+    _place_pairs_kernel[(max(cdiv(num_pairs, chunk), cdiv(max_blocks, chunk)),)](
+        topk_ids, scratch[0], scratch[1], sorted_ids, expert_ids, num_padded, num_pairs, num_experts, max_blocks,
+        BLOCK_M=block_m, BLOCK_E=block_e, CHUNK=chunk, num_warps=4,
+    )
+    return MoeAlignment(sorted_ids, expert_ids, num_padded, block_m)

@@ -1,0 +1,63 @@
+"""TalkerRunner on a tiny random talker: frame limits, slots, waiting for text, cancel, and sampleable ids."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime.checkpoint import token_ids as T
+from services.talker.model.generate import TalkerRunner, lockstep_generate
+from services.talker.model.load import TalkerModel
+from services.talker.model.prompt import SpeechPrompt
+from services.talker.model.sampling import TalkerSampling
+from tests.unit.talker.talker_tiny import tiny_talker
+
+PROMPT = SpeechPrompt([T.IM_START, T.USER, T.NEWLINE, 5, 6, T.IM_END, T.NEWLINE, T.IM_START, T.ASSISTANT, T.NEWLINE])
+
+
+@pytest.fixture(scope="module")
+def model() -> TalkerModel:
+    return tiny_talker()
+
+
+def test_max_frames_and_slot_release(model: TalkerModel) -> None:
+    runner = TalkerRunner(model, max_rows=1, max_len=40)
+    state = runner.start(PROMPT, 11, max_frames=3)
+    state.finish_text()
+    frames = [runner.step([state]) for _ in range(3)]
+    assert state.finished and state.num_frames == 3 and runner.kv.free_slots == [0]
+    assert all(f.shape == (1, 16) for f in frames)
+    with pytest.raises(RuntimeError, match="finished row"):
+        runner.step([state])
+
+
+def test_step_waits_for_thinker_text(model: TalkerModel) -> None:
+    runner = TalkerRunner(model, max_rows=1, max_len=40)
+    state = runner.start(PROMPT, 11)
+    with pytest.raises(RuntimeError, match="waiting for thinker text"):
+        runner.step([state])
+    state.push_text(12)
+    runner.step([state])
+    assert state.cache_len == 7 + 9 + 1  # user turn + assistant preamble + one step
+
+
+def test_cancel_frees_the_slot(model: TalkerModel) -> None:
+    runner = TalkerRunner(model, max_rows=2, max_len=40)
+    a, b = runner.start(PROMPT, 11), runner.start(PROMPT, 12)
+    runner.release(a)
+    assert a.finished and a.slot == -1 and len(runner.kv.free_slots) == 1 and not b.finished
+
+
+def test_thinker_that_wrote_nothing_still_speaks_its_end(model: TalkerModel) -> None:
+    (result,) = lockstep_generate(model, [PROMPT], [iter([])], max_frames=4)
+    assert result.codes.shape[0] == 16 and result.codes.shape[1] <= 4
+
+
+def test_sampled_codes_stay_in_the_codebook(model: TalkerModel) -> None:
+    sampling = TalkerSampling(temperature=5.0, top_k=0, seed=3)  # flat: every unsuppressed id is likely
+    (result,) = lockstep_generate(model, [PROMPT], [iter(range(20, 40))], [sampling], max_frames=30)
+    assert int(result.codes.max()) < model.cfg.code_predictor.vocab_size
+
+
+def test_unseeded_requests_get_their_own_streams(model: TalkerModel) -> None:
+    a, b = lockstep_generate(model, [PROMPT, PROMPT], [iter(range(20, 40))] * 2, [TalkerSampling()] * 2, max_frames=6)
+    assert not torch.equal(a.codes, b.codes)
