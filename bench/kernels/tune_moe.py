@@ -3,7 +3,8 @@
 Run on the GPU machine:  PYTHONPATH=. python bench/kernels/tune_moe.py --out runtime/kernels/configs/<file>.json
 Per batch size it tries a few row blocks (BLOCK_M, shared by the grouping and both GEMMs), times each GEMM's
 candidates alone (triton do_bench: median, L2 flushed between calls), keeps the fastest sum, picks the faster
-grouping path, and checks the chosen config against the fp32 reference before writing it.
+grouping kernel (one-program or parallel, timed in CUDA graphs), and checks the chosen config against the fp32
+reference before writing it.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from runtime.kernels.moe_align import MoeAlignment, align_torch
 from runtime.kernels.moe_config import GemmConfig, MoeConfig, config_to_json, default_config, shape_key
 from runtime.kernels.moe_gemm_triton import down_weighted, gate_up_silu
 from runtime.kernels.moe_reference import Routing, experts_reference, topk_softmax_reference
-from runtime.kernels.moe_route_triton import align_triton_small
+from runtime.kernels.moe_align_triton import align_triton_parallel, align_triton_small
 from runtime.kernels.moe_triton import experts_triton
 
 BATCH_SIZES = [1, 4096, 64, 16, 256, 1024, 4, 2, 8, 32, 128, 512, 2048]  # spread first, in case time runs out
@@ -58,7 +59,8 @@ def block_m_choices(rows_per_expert: float) -> list[int]:
 def gemm_candidates(block_m: int, num_b_tiles: int) -> list[GemmConfig]:
     """Tiles that fit shared memory and registers; num_b_tiles is 2 for gate_up (gate and up accumulators)."""
     grid = {
-        16: [(bn, bk, 4, st) for bn in (16, 32, 64, 128) for bk in (128, 256) for st in (3, 4)],
+        16: [(bn, bk, 4, st) for bn in (16, 32, 64, 128) for bk in (128, 256) for st in (3, 4)]
+        + [(32, 128, 4, 5), (64, 128, 4, 5), (32, 64, 4, 6), (64, 64, 4, 6), (64, 128, 8, 4), (128, 128, 8, 4)],
         32: [(bn, bk, 4, st) for bn in (32, 64, 128) for bk in (64, 128) for st in (3, 4)],
         64: [(bn, bk, w, 3) for bn in (64, 128) for bk in (64, 128) for w in (4, 8)]
         + [(64, 64, 4, 4), (128, 64, 8, 4)],
@@ -112,8 +114,8 @@ def tune_one(shape: Shape, m: int, tensors: dict, log: list[dict]) -> tuple[MoeC
     if cfg is None:
         return default_config(m, shape.experts, shape.top_k), float("nan")
     small = do_bench_cudagraph(lambda: align_triton_small(routing.topk_ids, shape.experts, cfg.block_m), rep=10)
-    big = do_bench_cudagraph(lambda: align_torch(routing.topk_ids, shape.experts, cfg.block_m), rep=10)
-    log.append({"tag": f"{shape.name} M={m} align", "triton_small_ms": small, "torch_ms": big})
+    big = do_bench_cudagraph(lambda: align_triton_parallel(routing.topk_ids, shape.experts, cfg.block_m), rep=10)
+    log.append({"tag": f"{shape.name} M={m} align", "triton_small_ms": small, "triton_parallel_ms": big})
     cfg = cfg._replace(align_small_max_pairs=m * shape.top_k if small < big else 0)
     return cfg, ms
 

@@ -109,20 +109,32 @@ async def _read_frames(requests: AsyncIterator[vision_pb2.VisionRequest], specs:
 def _check_chunk(chunk: common_pb2.Tensor, specs: list[ItemSpec], done: dict[str, torch.Tensor]) -> None:
     """Checks a frames chunk's name, dtype and shape against its item's grid, before any of its bytes are kept."""
     field = f"frames[{chunk.name}]"
-    prefix, _, index = chunk.name.partition(".")
-    if prefix != "item" or not index.isdigit() or int(index) >= len(specs):
+    index = _item_index(chunk.name)
+    if not 0 <= index < len(specs):
         raise InvalidArgument(field, f"is not a tensor of this request; send item.0 .. item.{len(specs) - 1}")
     if chunk.name in done:
         raise InvalidArgument(field, "was sent twice; send each item's frames once")
-    spec = specs[int(index)]
+    spec = specs[index]
     if chunk.dtype != _UINT8:
-        raise InvalidArgument(field, f"has dtype {common_pb2.DType.Name(chunk.dtype)}; frames are uint8 RGB")
+        raise InvalidArgument(field, f"has dtype {_dtype_name(chunk.dtype)}; frames are uint8 RGB")
     shape = tuple(int(s) for s in chunk.shape)
     if len(shape) != 4 or shape[-1] != 3:
         raise InvalidArgument(field, f"has shape {list(shape)}; frames are 4-D [frames, height, width, 3]")
     if not spec.accepts(shape):
         raise InvalidArgument(field, f"has shape {list(shape)}, which does not match start.items[{index}].grid_thw "
                               f"{list(spec.grid)}: expected {spec.expected()}")
+
+
+def _item_index(name: str) -> int:
+    """i for a name spelled exactly `item.<i>` (no sign, no leading zeros), else -1."""
+    prefix, _, digits = name.partition(".")
+    if prefix != "item" or not (digits.isascii() and digits.isdigit()) or name != f"item.{int(digits)}":
+        return -1
+    return int(digits)
+
+
+def _dtype_name(dtype: int) -> str:
+    return common_pb2.DType.Name(dtype) if dtype in common_pb2.DType.values() else str(dtype)
 
 
 def to_pb(out: ItemOut | FinishedOut) -> Iterator[vision_pb2.VisionResponse]:

@@ -1,1 +1,1 @@
-"""The talker's models in plain PyTorch: Talker MoE LM, code predictor, Code2Wav, prompt building and a reference loop."""
+"""The talker's networks in plain PyTorch (Talker MoE, code predictor, Code2Wav), its prompt and reference loop."""

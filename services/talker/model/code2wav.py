@@ -6,7 +6,9 @@ import math
 import torch
 from torch import nn
 
-from services.talker.model.code2wav_layers import CausalConv, CausalTransConv, ConvNeXt, DecoderBlock, PreTransformer, SnakeBeta
+from services.talker.model.code2wav_layers import (
+    CausalConv, CausalTransConv, ConvNeXt, DecoderBlock, PreTransformer, SnakeBeta,
+)
 from services.talker.model.config import Code2WavConfig
 
 

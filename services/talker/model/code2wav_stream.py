@@ -63,12 +63,11 @@ class StreamingCode2Wav:
 def _decode_group(model: Code2Wav, streams: Sequence[StreamingCode2Wav], n: int) -> list[torch.Tensor]:
     """One chunk of n new frames for streams sharing a batch key; returns each stream's new samples."""
     codes = torch.stack([s.codes[:, s.decoded_frames : s.decoded_frames + n] for s in streams])  # (B, G, n)
-    past = None
+    past: WindowCache | None = None
     if streams[0].past is not None:
-        past = [
-            (torch.cat([s.past[i][0] for s in streams]), torch.cat([s.past[i][1] for s in streams]))  # type: ignore[index]
-            for i in range(len(streams[0].past))
-        ]
+        per_stream = [s.past for s in streams if s.past is not None]
+        past = [(torch.cat([p[i][0] for p in per_stream]), torch.cat([p[i][1] for p in per_stream]))
+                for i in range(len(per_stream[0]))]  # fmt: skip
     hidden, new_past = model.pre_transformer(model.embed(codes), past)
     if streams[0].context is not None:
         hidden = torch.cat((torch.cat([s.context for s in streams]), hidden), dim=1)  # type: ignore[misc]

@@ -147,7 +147,7 @@ class TalkerConfig:
 
 
 def _rope(section: dict[str, Any]) -> tuple[float, tuple[int, ...] | None]:
-    """(theta, mrope_section) from either the transformers-5 `rope_parameters` or the older `rope_theta`/`rope_scaling`."""
+    """(theta, mrope_section) from transformers-5 `rope_parameters` or the older `rope_theta` + `rope_scaling`."""
     params = section.get("rope_parameters") or {}
     scaling = section.get("rope_scaling") or {}
     theta = params.get("rope_theta", section.get("rope_theta", DEFAULT_ROPE_THETA))

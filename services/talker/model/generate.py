@@ -152,7 +152,7 @@ class TalkerRunner:
     ) -> torch.Tensor:  # fmt: skip
         if self.record_margins:
             margins.append(top2_margin(logits))
-        knobs = [(s.sampling.predictor_temperature, s.sampling.predictor_top_k, s.sampling.predictor_top_p) for s in states]
+        knobs = [(s.predictor_temperature, s.predictor_top_k, s.predictor_top_p) for s in (r.sampling for r in states)]
         return self._pick(logits, states, noise[:, group - 1], knobs)
 
     @staticmethod

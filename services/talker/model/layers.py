@@ -38,7 +38,9 @@ def inv_frequencies(head_dim: int, theta: float, device: torch.device | None = N
     return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
 
 
-def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin over the full head for 1-D positions `(...)` -> `(..., head_dim)` each, halves repeated."""
     freqs = positions.float()[..., None] * inv_freq  # (..., head_dim/2)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -72,7 +74,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool = False
+) -> torch.Tensor:
     """SDPA with grouped KV heads; q `(B, H, T, D)`, k/v `(B, KVH, S, D)`, bool mask `(B, 1, T, S)` (True = attend)."""
     groups = q.shape[1] // k.shape[1]
     if groups > 1:

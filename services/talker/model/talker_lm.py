@@ -7,7 +7,9 @@ from torch import nn
 
 from services.talker.model.config import TalkerLMConfig
 from services.talker.model.kv import KVPool, causal_mask
-from services.talker.model.layers import RMSNorm, apply_rope, attend, inv_frequencies, mrope_axis_of_frequency, mrope_cos_sin
+from services.talker.model.layers import (
+    RMSNorm, apply_rope, attend, inv_frequencies, mrope_axis_of_frequency, mrope_cos_sin,
+)
 from services.talker.model.moe import TalkerMoE
 
 

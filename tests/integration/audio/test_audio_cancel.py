@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -13,8 +14,9 @@ from tests.integration.audio.conftest import BATCH_WAIT_MS
 from tests.integration.mesh_process import Proc
 
 
-async def _cancel_after(addr: str, msgs: list[audio_pb2.AudioRequest], hold_open: bool, delay: float) -> None:
-    """Sends `msgs` (then keeps the stream open if `hold_open`), cancels `delay` s after the last one went out."""
+async def _cancel_after(addr: str, msgs: list[audio_pb2.AudioRequest], hold_open: bool,
+                        ready: Callable[[], Awaitable[None]]) -> None:
+    """Sends `msgs` (then keeps the stream open if `hold_open`), cancels once the last went out and `ready` returns."""
     sent = asyncio.Event()
 
     async def it() -> AsyncIterator[audio_pb2.AudioRequest]:
@@ -28,7 +30,7 @@ async def _cancel_after(addr: str, msgs: list[audio_pb2.AudioRequest], hold_open
         call = audio_pb2_grpc.AudioStub(channel).Encode(it())
         reader = asyncio.ensure_future(call.read())
         await sent.wait()
-        await asyncio.sleep(delay)
+        await ready()
         call.cancel()
         await asyncio.gather(reader, return_exceptions=True)
         assert call.cancelled() or (await call.code()) == grpc.StatusCode.CANCELLED
@@ -48,16 +50,22 @@ def _assert_healthy(stage: Proc, addr: str) -> None:
 
 def test_cancel_mid_upload(audio_stage: Proc, audio_addr: str) -> None:
     half = samples("clip.0", clip(1.0), chunk_bytes=32 << 10)[:1]  # the first of two chunks
-    asyncio.run(_cancel_after(audio_addr, [start(16000), *half], hold_open=True, delay=0.1))
+    asyncio.run(_cancel_after(audio_addr, [start(16000), *half], hold_open=True, ready=lambda: asyncio.sleep(0.1)))
     _assert_healthy(audio_stage, audio_addr)
 
 
 def test_cancel_while_queued_for_a_forward(audio_stage: Proc, audio_addr: str) -> None:
     port = audio_stage.ports["metrics_port"]
     items0 = metric(port, "omnimesh_encoder_items_per_batch_sum")
-    # The clip waits BATCH_WAIT_MS for companions before its forward: cancel inside that window.
-    asyncio.run(_cancel_after(audio_addr, request([clip(2.0, seed=31)]), hold_open=False,
-                              delay=BATCH_WAIT_MS / 1000 / 5))
+
+    async def queued() -> None:
+        """Returns while the clip waits its BATCH_WAIT_MS for companions, before its forward starts."""
+        deadline = time.monotonic() + BATCH_WAIT_MS / 1000
+        while metric(port, "omnimesh_queue_depth") < 1:
+            assert time.monotonic() < deadline, "the clip never showed in the queue"
+            await asyncio.sleep(0.002)
+
+    asyncio.run(_cancel_after(audio_addr, request([clip(2.0, seed=31)]), hold_open=False, ready=queued))
     cancelled = metric(port, "omnimesh_grpc_server_handled_total", grpc_method="Encode", grpc_code="CANCELLED")
     assert cancelled >= 1
     _assert_healthy(audio_stage, audio_addr)

@@ -48,7 +48,9 @@ def test_streaming_with_receptive_context_is_the_full_decode(talker_model: Talke
     assert (out - full).abs().max().item() <= 1e-5 * full.abs().max().item()
 
 
-@pytest.mark.parametrize(("left_context", "max_bound", "rms_bound"), [(1, 0.4, 1.5e-2), (4, 0.04, 1e-3), (8, 1e-4, 1e-6)])
+@pytest.mark.parametrize(
+    ("left_context", "max_bound", "rms_bound"), [(1, 0.4, 1.5e-2), (4, 0.04, 1e-3), (8, 1e-4, 1e-6)]
+)
 def test_short_context_error_is_bounded(talker_model: TalkerModel, left_context: int, max_bound: float,
                                         rms_bound: float) -> None:  # fmt: skip
     c2w = talker_model.code2wav

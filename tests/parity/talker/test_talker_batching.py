@@ -9,7 +9,9 @@ from services.talker.model.load import TalkerModel
 from services.talker.model.mrope import VisualGrid
 from services.talker.model.prompt import SpeechPrompt
 from services.talker.model.sampling import TalkerSampling
-from tests.parity.talker.talker_reference import ASSISTANT_HEADER, SYSTEM_TURN, assert_codes_match, text_prompt, user_turn
+from tests.parity.talker.talker_reference import (
+    ASSISTANT_HEADER, SYSTEM_TURN, assert_codes_match, text_prompt, user_turn,
+)
 
 FRAMES = 20
 

@@ -1,4 +1,4 @@
-"""Greedy talker codes (all 16 codebooks) equal transformers' `generate` on the demo checkpoint, for text and media input.
+"""Greedy talker codes (all 16 codebooks) equal transformers' `generate` on the demo checkpoint, text and media in.
 
 Our side gets only what the mesh sends: prompt ids, the thinker's hidden states at user-turn media pads (taken
 from the reference's own thinker run), and the generated thinker ids one at a time.

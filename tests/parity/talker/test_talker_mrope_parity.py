@@ -39,7 +39,9 @@ VID_HALF, VID_TWO = VisualGrid(3, 4, 4, 0.5), VisualGrid(2, 2, 4, 2.0)
 CASES = {
     "text_only_with_grids": ([1, 2, 3], [IMG_A], [], []),
     "image_audio_text": ([5, *image(IMG_A), 6, *audio(230), 7], [IMG_A], [], [230]),
-    "two_images_fractional_video": ([*image(IMG_A), 8, *video(VID_HALF), *image(IMG_B)], [IMG_A, IMG_B], [VID_HALF], []),
+    "two_images_fractional_video": (
+        [*image(IMG_A), 8, *video(VID_HALF), *image(IMG_B)], [IMG_A, IMG_B], [VID_HALF], []
+    ),
     "audio_first_then_video": ([*audio(100), *video(VID_TWO), 9], [], [VID_TWO], [100]),
     "audio_in_video_alone": ([4, *audio_in_video(VID_TWO, 100), 5], [], [VID_TWO], [100]),
     # (an audio-in-video span followed by another video or image makes the reference itself raise IndexError)

@@ -1,4 +1,4 @@
-"""Helpers for the engine unit tests: sequences in one line and a deterministic fake ModelRunner with a fake KV cache."""
+"""Engine test helpers: sequences in one line, and a deterministic fake ModelRunner over a fake KV cache."""
 from __future__ import annotations
 
 import itertools

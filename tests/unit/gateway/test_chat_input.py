@@ -36,7 +36,8 @@ def bad(req: omni_pb2.ChatRequest) -> InvalidArgument:
 def test_a_full_request() -> None:
     req = request(
         omni_pb2.Message(role="system", content=[text("be brief")]),
-        user(text("what is this?"), media("image", b"img", "image/png"), media("audio", b"wav"), media("video", b"mp4")),
+        user(text("what is this?"), media("image", b"img", "image/png"), media("audio", b"wav"),
+             media("video", b"mp4")),
         omni_pb2.Message(role="assistant", content=[text("a cat")]),
         request_id="req-1", voice="ethan", return_codes=True, use_audio_in_video=True,
         output_modalities=[omni_pb2.MODALITY_TEXT, omni_pb2.MODALITY_AUDIO],
@@ -66,7 +67,8 @@ def test_defaults_text_only_and_a_fresh_request_id() -> None:
 
 
 def test_audio_only_output_still_counts_as_wanting_audio() -> None:
-    assert chat_input_from_pb(request(user(text("hi")), output_modalities=[omni_pb2.MODALITY_AUDIO]), DEFAULTS).want_audio
+    req = request(user(text("hi")), output_modalities=[omni_pb2.MODALITY_AUDIO])
+    assert chat_input_from_pb(req, DEFAULTS).want_audio
 
 
 def test_empty_text_beside_media_is_fine() -> None:

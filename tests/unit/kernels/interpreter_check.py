@@ -34,7 +34,8 @@ def check_moe(dtype: torch.dtype) -> None:
     from runtime.kernels.moe_align import align_torch
     from runtime.kernels.moe_config import GemmConfig, MoeConfig
     from runtime.kernels.moe_reference import SharedExpert, experts_reference, fused_moe_reference
-    from runtime.kernels.moe_route_triton import align_triton_small, topk_softmax_triton
+    from runtime.kernels.moe_align_triton import align_triton_parallel, align_triton_small
+    from runtime.kernels.moe_route_triton import topk_softmax_triton
     from runtime.kernels.moe_reference import topk_softmax_reference
     from runtime.kernels.moe_triton import experts_triton, fused_moe_triton
 
@@ -51,13 +52,16 @@ def check_moe(dtype: torch.dtype) -> None:
     assert torch.equal(got.topk_ids, ref.topk_ids) and rel_err(got.topk_weights, ref.topk_weights) < 1e-6
     routing = skewed_routing(tokens, experts, top_k, hot=5, dtype=torch.float32, device="cpu")
     for block_m in (16, 32):
-        small = align_triton_small(routing.topk_ids, experts, block_m)
-        check_alignment(small.sorted_ids, small.expert_ids, int(small.num_padded), routing.topk_ids, experts, block_m)
-        assert torch.equal(small.expert_ids, align_torch(routing.topk_ids, experts, block_m).expert_ids)
+        expected = align_torch(routing.topk_ids, experts, block_m).expert_ids
+        for align, ordered in ((align_triton_small, True), (align_triton_parallel, False)):
+            got = align(routing.topk_ids, experts, block_m)
+            check_alignment(got.sorted_ids, got.expert_ids, int(got.num_padded), routing.topk_ids, experts, block_m,
+                            ordered)
+            assert torch.equal(got.expert_ids, expected)
     cast = [t.to(dtype) for t in (x, router, w_gate_up, w_down)]
     tol = 1e-5 if dtype == torch.float32 else 3e-3
     for cfg in (MoeConfig(16, GemmConfig(16, 32, 4, 2), GemmConfig(32, 16, 4, 2), 1024),
-                MoeConfig(32, GemmConfig(32, 128, 4, 2), GemmConfig(32, 32, 4, 2), 0)):  # uneven K, torch grouping
+                MoeConfig(32, GemmConfig(32, 128, 4, 2), GemmConfig(32, 32, 4, 2), 0)):  # uneven K, parallel grouping
         for sh in (None, shared):
             out = fused_moe_triton(*cast, top_k, True, sh and SharedExpert(*(t.to(dtype) for t in sh)), cfg)
             assert rel_err(out, fused_moe_reference(x, router, w_gate_up, w_down, top_k, True, sh)) < tol, cfg

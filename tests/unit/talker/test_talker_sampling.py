@@ -18,7 +18,9 @@ def test_penalty_matches_transformers() -> None:
     assert torch.equal(penalize(logits, seen, torch.tensor([1.05, 1.05])), ref)
 
 
-@pytest.mark.parametrize(("temperature", "top_k", "top_p"), [(0.9, 50, 1.0), (1.0, 50, 0.8), (0.7, 5, 0.5), (1.0, 0, 0.9)])
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(0.9, 50, 1.0), (1.0, 50, 0.8), (0.7, 5, 0.5), (1.0, 0, 0.9)]
+)
 def test_warp_matches_transformers(temperature: float, top_k: int, top_p: float) -> None:
     logits = torch.randn(3, 300, generator=torch.Generator().manual_seed(1)) * 3
     ref = TemperatureLogitsWarper(temperature)(None, logits.clone())
@@ -45,7 +47,9 @@ def test_draw_follows_the_distribution() -> None:
     assert torch.allclose(counts[:3] / 20000.0, logits[0, :3].softmax(-1), atol=0.015)
 
 
-@pytest.mark.parametrize(("field", "value"), [("temperature", 0.0), ("top_p", 1.5), ("top_k", -1), ("repetition_penalty", 0)])
+@pytest.mark.parametrize(
+    ("field", "value"), [("temperature", 0.0), ("top_p", 1.5), ("top_k", -1), ("repetition_penalty", 0)]
+)
 def test_bad_sampling_names_the_field(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=f"TalkerSampling.{field}"):
         TalkerSampling(**{field: value})

@@ -1,0 +1,168 @@
+"""Talker-stage throughput at real dims with random bf16 weights: talker+code-predictor frames/s and Code2Wav audio-s/s.
+
+    python bench/talker/bench_talker.py --out bench/results/talker_h200.json          # one H200
+    python bench/talker/bench_talker.py --tiny --out /tmp/talker_tiny.json              # CPU smoke test (demo dims)
+
+Engine-free numbers of the plain PyTorch reference loop (`TalkerRunner.step`, no CUDA graphs): the floor the
+talker engine is measured against. Codec EOS is suppressed so every row runs every measured frame.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from runtime.checkpoint.demo_config import demo_config
+from services.talker.model.code2wav import Code2Wav
+from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
+from services.talker.model.code_predictor import CodePredictor
+from services.talker.model.config import TalkerConfig, parse_talker_config
+from services.talker.model.generate import TalkerRunner
+from services.talker.model.load import TalkerModel, cast_parameters
+from services.talker.model.prompt import SpeechPrompt
+from services.talker.model.sampling import TalkerSampling
+from services.talker.model.talker_lm import TalkerLM
+
+FRAMES_PER_SECOND = 12.5  # 24 kHz / 1920 samples per frame
+IM_START, IM_END, USER, ASSISTANT, NEWLINE = 151644, 151645, 872, 77091, 198
+VOICES = ("ethan", "chelsie", "aiden")
+
+
+def real_config() -> dict[str, Any]:
+    """The released Qwen3-Omni-30B-A3B talker/code2wav dims (qwen3-omni-model.md section 1) on the demo layout."""
+    cfg = demo_config()
+    talker = cfg["talker_config"]
+    talker.update(thinker_hidden_size=2048, accept_hidden_layer=24)
+    talker["text_config"].update(
+        hidden_size=1024, intermediate_size=2048, num_hidden_layers=20, num_attention_heads=16, num_key_value_heads=2,
+        head_dim=128, moe_intermediate_size=384, shared_expert_intermediate_size=768, num_experts=128,
+        num_experts_per_tok=6, rope_scaling={"mrope_section": [24, 20, 20], "interleaved": True},
+    )  # fmt: skip
+    talker["code_predictor_config"].update(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16, num_key_value_heads=8,
+        head_dim=128,
+    )  # fmt: skip
+    cfg["code2wav_config"].update(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16,
+        decoder_dim=1536,
+    )  # fmt: skip
+    cfg["thinker_config"]["text_config"]["hidden_size"] = 2048
+    return cfg
+
+
+def random_model(cfg: TalkerConfig, device: str, dtype: torch.dtype) -> TalkerModel:
+    with torch.device(device):
+        lm, predictor, code2wav = TalkerLM(cfg.lm), CodePredictor(cfg.code_predictor), Code2Wav(cfg.code2wav)
+        for module in (lm, predictor, code2wav):
+            for name, p in module.named_parameters():
+                nn.init.ones_(p) if name.endswith("norm.weight") else nn.init.normal_(p, std=0.02)
+            cast_parameters(module, dtype).eval().requires_grad_(False)
+        embed = (torch.randn(152064, cfg.lm.thinker_hidden_size) * 0.02).to(dtype)
+    lm.use_grouped_mm(device.startswith("cuda"))
+    return TalkerModel(cfg, lm, predictor, code2wav, embed)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def prompt(i: int, words: int) -> SpeechPrompt:
+    ids = [IM_START, USER, NEWLINE, *range(1000 + i, 1000 + i + words), IM_END, NEWLINE, IM_START, ASSISTANT, NEWLINE]
+    return SpeechPrompt(ids, VOICES[i % len(VOICES)])
+
+
+def bench_talker(model: TalkerModel, batch: int, warmup: int, steps: int, device: str) -> dict[str, float]:
+    """ms per `TalkerRunner.step` (code predictor for every row + one talker forward) at a fixed batch."""
+    runner = TalkerRunner(model, batch, 32 + 9 + warmup + steps + 2)
+    runner.suppress[model.cfg.tokens.codec_eos] = True  # keep the batch full
+    states = [runner.start(prompt(i, 20), 500 + i, TalkerSampling(seed=i), max_frames=10**6) for i in range(batch)]
+    for s in states:
+        for t in range(warmup + steps + 1):
+            s.push_text(2000 + t)
+    for _ in range(warmup):
+        runner.step(states)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        runner.step(states)
+    sync(device)
+    seconds = time.perf_counter() - start
+    frames_per_s = batch * steps / seconds
+    return {"batch": batch, "ms_per_step": 1e3 * seconds / steps, "frames_per_s": frames_per_s,
+            "audio_s_per_s": frames_per_s / FRAMES_PER_SECOND}  # fmt: skip
+
+
+def bench_code2wav(
+    model: TalkerModel, batch: int, chunk: int, context: int, chunks: int, device: str
+) -> dict[str, float]:
+    """Steady-state streaming decode: `batch` streams, `chunk` new frames per call, `context` frames re-vocoded."""
+    c2w = model.code2wav
+    streams = [StreamingCode2Wav(c2w, chunk, chunk, context) for _ in range(batch)]
+    total = (chunks + 4) * chunk
+    codes = torch.randint(0, model.cfg.code2wav.codebook_size, (batch, 16, total), device=device)
+    warm = 4 * chunk  # fills the sliding-window cache so every measured call has the same shape
+    for s, c in zip(streams, codes):
+        s.push(c[:, :warm])
+    decode_streams(c2w, streams)
+    for s, c in zip(streams, codes):
+        s.push(c[:, warm:])
+    sync(device)
+    start = time.perf_counter()
+    samples = sum(p.numel() for pieces in decode_streams(c2w, streams) for p in pieces)
+    sync(device)
+    seconds = time.perf_counter() - start
+    audio = samples / (FRAMES_PER_SECOND * c2w.samples_per_frame)
+    return {"batch": batch, "chunk_frames": chunk, "left_context": context, "ms_per_chunk": 1e3 * seconds / chunks,
+            "audio_s_per_s": audio / seconds}  # fmt: skip
+
+
+def provenance(device: str, args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+        commit = git.stdout.strip()
+    except OSError:
+        commit = ""
+    name = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor() or "cpu"
+    return {"commit": commit, "date": datetime.now(timezone.utc).isoformat(), "device": name,
+            "torch": torch.__version__, "command": " ".join(["bench/talker/bench_talker.py", *args.argv]),
+            "weights": "random", "workload": "talker step + code predictor; streaming Code2Wav"}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
+    parser.add_argument("--tiny", action="store_true", help="demo-checkpoint dims on CPU, fp32: a smoke test")
+    parser.add_argument("--batches", type=int, nargs="+", default=None, help="talker batch sizes (default 1 8 32)")
+    parser.add_argument("--steps", type=int, default=None, help="measured talker steps per batch size")
+    args = parser.parse_args(argv)
+    args.argv = argv or []
+    device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    cfg = parse_talker_config(demo_config() if args.tiny else real_config())
+    batches = args.batches or ([1, 2] if args.tiny else [1, 8, 32])
+    steps = args.steps or (3 if args.tiny else 50)
+    torch.manual_seed(0)
+    model = random_model(cfg, device, dtype)
+    with torch.no_grad():
+        talker = [bench_talker(model, b, 2 if args.tiny else 10, steps, device) for b in batches]
+        chunks = 2 if args.tiny else 8
+        code2wav = [bench_code2wav(model, b, c, 11, chunks, device) for b in batches for c in (4, 25)]
+    result = {**provenance(device, args), "dtype": str(dtype), "dims": asdict(cfg.lm), "talker": talker,
+              "code2wav": code2wav}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
