@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from runtime.build_info import build_string
 from runtime.channels import open_channel
 from runtime.config import MeshConfig
 from runtime.server import StageServer
-from services.vision.processing_config import VisionProcessingConfig  # moves to runtime/ with the vision stage
+from runtime.vision_processing import VisionProcessingConfig
 from gateway.clients.encoders import AudioClient, VisionClient
 from gateway.clients.talker import TalkerClient
 from gateway.clients.thinker import ThinkerClient
@@ -51,8 +52,8 @@ def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer)
     vision = audio = vision_cfg = None
     if mesh.vision.enabled and mesh.vision.address:
         vision = VisionClient(open_channel(mesh.vision.address, gw.server.max_message_bytes), server.metrics)
-        vision_cfg = VisionMediaConfig.from_processing(VisionProcessingConfig.from_checkpoint(model_dir),
-                                                       video_max_frames=gw.max_video_frames)
+        processing = VisionMediaConfig.from_processing(VisionProcessingConfig.from_checkpoint(model_dir))
+        vision_cfg = replace(processing, video_max_frames=min(processing.video_max_frames, gw.max_video_frames))
     if mesh.audio.enabled and mesh.audio.address:
         audio = AudioClient(open_channel(mesh.audio.address, gw.server.max_message_bytes), server.metrics)
     num_deepstack = len(json.loads((model_dir / "config.json").read_text())["thinker_config"]["vision_config"]

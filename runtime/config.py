@@ -63,7 +63,8 @@ class EngineConfig:
 class EncoderConfig:
     """Encoder stage knobs (vision, audio): items of concurrent requests batch into one forward.
 
-    Sizes count the stage's unit of work: patches for vision (4 patches make one thinker token).
+    Sizes count the stage's unit of work: patches for vision (4 patches make one thinker token), log-mel frames
+    for audio (100 per second of sound: the defaults are ~655 s per forward and ~2,621 s per request).
     """
 
     max_batch_size: int = 65536  # per forward; a 60 s, 2 fps, 448x448 video (47,040 patches) runs whole

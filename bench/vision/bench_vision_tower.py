@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from services.vision.model import Grid, VisionTower, VisionTowerConfig
 from services.vision.model.plan import build_plan
 from services.vision.preprocess import VisionPreprocessor
-from services.vision.processing_config import VisionProcessingConfig
+from runtime.vision_processing import VisionProcessingConfig
 
 REAL = VisionTowerConfig(out_hidden_size=2048)  # the released checkpoint's vision_config
 TINY = VisionTowerConfig(

@@ -11,7 +11,7 @@ import numpy as np
 import soundfile as sf
 
 from runtime.errors import InvalidArgument
-from services.audio.lengths import HOP_LENGTH, audio_token_count, mel_frame_count
+from runtime.audio_lengths import HOP_LENGTH, audio_token_count, mel_frame_count
 
 TARGET_RATE = 16_000
 DEFAULT_MAX_SECONDS = 600.0

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from services.audio.lengths import mel_frame_count
+from runtime.audio_lengths import mel_frame_count
 from services.audio.mel_filters import mel_filter_bank
 from services.audio.transfer import to_device
 

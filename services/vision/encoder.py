@@ -8,7 +8,7 @@ import torch
 
 from services.vision.model import Grid, VisionOutput, VisionTower
 from services.vision.preprocess import MediaFrames, MediaKind, VisionPreprocessor
-from services.vision.processing_config import VisionProcessingConfig
+from runtime.vision_processing import VisionProcessingConfig
 
 
 class VisionEncoder:

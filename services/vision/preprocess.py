@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from services.vision.model.grid import Grid
-from services.vision.processing_config import VisionProcessingConfig
+from runtime.vision_processing import VisionProcessingConfig
 
 
 class MediaKind(Enum):

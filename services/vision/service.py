@@ -11,7 +11,7 @@ from runtime.metrics import Metrics
 from services.vision.encoder import VisionEncoder
 from services.vision.model import VisionOutput
 from services.vision.preprocess import MediaFrames
-from services.vision.processing_config import VisionProcessingConfig
+from runtime.vision_processing import VisionProcessingConfig
 
 
 @dataclass

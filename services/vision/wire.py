@@ -12,7 +12,7 @@ from runtime.errors import InvalidArgument
 from runtime.tensor_codec import TensorAssembler, encode_tensor
 from services.vision.model import Grid
 from services.vision.preprocess import MediaFrames, MediaKind
-from services.vision.processing_config import VisionProcessingConfig
+from runtime.vision_processing import VisionProcessingConfig
 from services.vision.service import EncodeInput, FinishedOut, ItemOut
 
 _UINT8 = common_pb2.DTYPE_UINT8

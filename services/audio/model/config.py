@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.audio.lengths import stem_output_length
+from runtime.audio_lengths import stem_output_length
 
 ACTIVATIONS = ("gelu", "gelu_pytorch_tanh", "gelu_new")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from services.audio.lengths import audio_token_count, stem_output_length
+from runtime.audio_lengths import audio_token_count, stem_output_length
 from services.audio.model.config import AudioEncoderConfig
 from services.audio.transfer import to_device_many
 

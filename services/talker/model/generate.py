@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 import torch
 
 from services.talker.model.load import TalkerModel
-from services.talker.model.prompt import SpeechPrompt, build_prefill
+from services.talker.model.prompt import SpeechPrompt, build_prefill, trailing_text
 from services.talker.model.sampling import GREEDY, TalkerSampling, draw, penalize, top2_margin, warp
 from services.talker.model.state import TalkerState
 
@@ -93,7 +93,7 @@ class TalkerRunner:
                 go.append(i)
         if go:
             rows = [states[i] for i in go]
-            text = model.text_embeds(torch.tensor([s.next_text() for s in rows], device=dev))
+            text = trailing_text(model, torch.tensor([s.next_text() for s in rows], device=dev))
             x = (residuals.embed_sum[go] + text)[:, None]  # (b, 1, hidden)
             positions = torch.tensor([s.next_position for s in rows], device=dev).expand(3, -1)[:, :, None]
             slots = torch.tensor([s.slot for s in rows], device=dev)

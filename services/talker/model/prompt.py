@@ -108,3 +108,12 @@ def build_prefill(model: TalkerModel, prompt: SpeechPrompt, first_text: int) -> 
     )
     next_position = float(positions[:, -1].max()) + 1  # the prompt always ends in text, so its last is its max
     return Prefill(embeds, positions.to(model.device), next_position, text[1:])
+
+
+def trailing_text(model: TalkerModel, token_ids: torch.Tensor) -> torch.Tensor:
+    """The text half of each row's next talker input `(B, hidden)` from the thinker id it speaks this step.
+
+    That id is the assistant's next text token, `tts_eos` right after the thinker's end of turn, and
+    `tts_pad` from then on (TalkerState's queue decides which); only ids cross the wire per step.
+    """
+    return model.text_embeds(token_ids)

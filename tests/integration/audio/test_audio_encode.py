@@ -10,7 +10,7 @@ import torch
 from gateway.clients.encoders import AudioClient
 from omnimesh.v1 import audio_pb2_grpc, common_pb2
 from runtime.metrics import Metrics
-from services.audio.lengths import audio_token_count, mel_frame_count
+from runtime.audio_lengths import audio_token_count, mel_frame_count
 from tests.integration.audio.audio_calls import clip, embeddings, encode, metric, request
 from tests.integration.audio.conftest import MAX_REQUEST_SECONDS, LocalAudio
 from tests.integration.mesh_process import Proc

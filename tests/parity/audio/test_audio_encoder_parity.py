@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from services.audio.features import LogMelExtractor, MelConfig
-from services.audio.lengths import audio_token_count
+from runtime.audio_lengths import audio_token_count
 from services.audio.model import AudioEncoder
 from tests.parity.audio.audio_reference import (
     CLIP_SECONDS,

@@ -11,7 +11,7 @@ from PIL import Image
 
 from gateway.media.vision import VisionMediaConfig, decode_image
 from services.vision.preprocess import VisionPreprocessor
-from services.vision.processing_config import VisionProcessingConfig
+from runtime.vision_processing import VisionProcessingConfig
 
 pil_processor = pytest.importorskip("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
 

@@ -11,7 +11,7 @@ import torch
 from services.vision.model import Grid, VisionOutput, VisionTower, VisionTowerConfig
 from services.vision.model.attention import varlen_available
 from services.vision.preprocess import MediaFrames, MediaKind, VisionPreprocessor
-from services.vision.processing_config import VisionProcessingConfig
+from runtime.vision_processing import VisionProcessingConfig
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,7 @@ import torch
 
 from services.vision.model import Grid, VisionOutput, VisionTower
 from services.vision.preprocess import MediaFrames, MediaKind, VisionPreprocessor
-from services.vision.processing_config import VisionProcessingConfig
+from runtime.vision_processing import VisionProcessingConfig
 
 # Images of several sizes and aspect ratios (patch units): the smallest, wider and taller than the 8×8 position
 # table, exactly the table, and a long strip.

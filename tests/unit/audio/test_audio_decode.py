@@ -9,7 +9,7 @@ import soundfile as sf
 
 from gateway.media.audio import TARGET_RATE, DecodedAudio, decode_audio, extract_video_audio
 from runtime.errors import InvalidArgument
-from services.audio.lengths import audio_token_count
+from runtime.audio_lengths import audio_token_count
 from tests.unit.audio.audio_samples import pyav_bytes, soundfile_bytes, tone, video_only_bytes
 
 FIELD = "messages[0].content[1].audio"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.audio.lengths import audio_token_count, mel_frame_count, stem_output_length
+from runtime.audio_lengths import audio_token_count, mel_frame_count, stem_output_length
 
 
 def test_token_count_equals_transformers_for_every_length_up_to_5000() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.audio.lengths import audio_token_count
+from runtime.audio_lengths import audio_token_count
 from services.audio.model.config import AudioEncoderConfig
 from services.audio.model.plan import plan_batch
 

@@ -6,7 +6,7 @@ import torch
 
 from services.vision.model.grid import Grid
 from services.vision.preprocess import MediaFrames, MediaKind, VisionPreprocessor
-from services.vision.processing_config import VisionProcessingConfig
+from runtime.vision_processing import VisionProcessingConfig
 
 CFG = VisionProcessingConfig(image_mean=(0.1, 0.2, 0.3), image_std=(0.5, 0.25, 2.0))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.media.vision import VisionMediaConfig
-from services.vision.processing_config import (
+from runtime.vision_processing import (
     OMNI_VIDEO_MAX_PIXELS,
     OMNI_VIDEO_MIN_PIXELS,
     VisionProcessingConfig,
