@@ -1,4 +1,4 @@
-"""Triton expert grouping for the MoE GEMMs: one program for decode-size batches, a parallel three-launch path otherwise."""
+"""Triton expert grouping for the MoE GEMMs: one program for decode-size batches, a parallel path for larger ones."""
 from __future__ import annotations
 
 import torch

@@ -25,7 +25,7 @@ def config_for(x: torch.Tensor, w_gate_up: torch.Tensor, top_k: int) -> MoeConfi
 
 
 def align(topk_ids: torch.Tensor, num_experts: int, cfg: MoeConfig) -> MoeAlignment:
-    """The one-program grouping for small batches (one launch), the parallel one (three launches) past the tuned size."""
+    """One-program grouping (one launch) up to the tuned pair count, the parallel one (three launches) past it."""
     if topk_ids.numel() <= cfg.align_small_max_pairs:
         return align_triton_small(topk_ids, num_experts, cfg.block_m)
     return align_triton_parallel(topk_ids, num_experts, cfg.block_m)

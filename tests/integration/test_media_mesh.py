@@ -1,0 +1,146 @@
+"""Images, video and audio through the whole mesh (CLI -> gateway -> vision/audio -> thinker) equal transformers."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from runtime.vision_processing import VisionProcessingConfig
+from tests.integration.media_files import mp4, png, wav
+from tests.integration.mesh_process import OMNIMESH, Proc, metric_value, scrape, start
+from tests.integration.test_mesh_parity import MAX_NEW, NEAR_TIE
+from tests.parity.vision.test_vision_preprocess_parity import reference_video_pixel_values
+
+
+@pytest.fixture(scope="module")
+def media_mesh(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
+    from gateway.cli.up import MESH_PREFIX
+
+    cfg = tmp_path_factory.mktemp("media_mesh") / "mesh.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "vision": {"enabled": True, "encoder": {"batch_wait_ms": 100.0}},
+        "audio": {"enabled": True},
+        "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "token_flush_ms": 5.0}}}))
+    proc = start([OMNIMESH, "up", "--model", str(demo_ckpt), "--port", "0", "--config", str(cfg)], MESH_PREFIX,
+                 timeout=240)
+    yield proc
+    assert proc.stop() == 0
+
+
+def run_chat(mesh: Proc, text: str, files: dict[str, Path]) -> list[int]:
+    flags = [x for kind, path in files.items() for x in (f"--{kind}", str(path))]
+    out = subprocess.run([OMNIMESH, "chat", "--addr", f"127.0.0.1:{mesh.ports['gateway']['grpc_port']}", "--json",
+                          "--greedy", "--max-tokens", str(MAX_NEW), *flags, text],
+                         capture_output=True, text=True, timeout=120)
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    assert out.returncode == 0, events
+    return [t for e in events if e["type"] == "text" for t in e["token_ids"]]
+
+
+def expanded_ids(tokenizer, text: str, kinds: list[str], counts: list[int]) -> torch.Tensor:
+    """The processor's prompt: the template with each media pad expanded to its token count."""
+    content = [{"type": k} for k in kinds] + [{"type": "text", "text": text}]
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
+                                       tokenize=True, return_dict=True)["input_ids"]
+    pads = {tokenizer.convert_tokens_to_ids(t): t for t in ("<|image_pad|>", "<|video_pad|>", "<|audio_pad|>")}
+    out, counts = [], list(counts)
+    for t in ids:
+        out.extend([t] * counts.pop(0) if t in pads else [t])
+    return torch.tensor([out])
+
+
+def reference(hf_omni, input_ids: torch.Tensor, **media) -> tuple[list[int], list[float]]:
+    out = hf_omni.thinker.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                   max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=151645,
+                                   output_scores=True, return_dict_in_generate=True, **media)
+    gaps = [float(torch.topk(s[0].float(), 2).values.diff().abs()) for s in out.scores]
+    return out.sequences[0, input_ids.shape[1]:].tolist(), gaps
+
+
+def assert_equal_but_near_ties(ours: list[int], ref: list[int], gaps: list[float]) -> None:
+    for step, (a, b) in enumerate(zip(ours, ref)):
+        if a != b:
+            assert gaps[step] < NEAR_TIE, f"step {step}: ours {a}, reference {b}, top-2 gap {gaps[step]}"
+            return
+    assert len(ours) == len(ref)
+
+
+def test_image_answer_equals_transformers(media_mesh: Proc, hf_omni, demo_ckpt: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
+
+    data = png(96, 128)
+    (tmp_path / "a.png").write_bytes(data)
+    ours = run_chat(media_mesh, "What is in this picture?", {"image": tmp_path / "a.png"})
+    processor = Qwen2VLImageProcessorPil.from_pretrained(demo_ckpt)
+    from PIL import Image
+    import io
+
+    pix = processor(images=[Image.open(io.BytesIO(data)).convert("RGB")], return_tensors="pt")
+    count = int(pix["image_grid_thw"][0].prod()) // 4
+    ids = expanded_ids(AutoTokenizer.from_pretrained(demo_ckpt), "What is in this picture?", ["image"], [count])
+    ref, gaps = reference(hf_omni, ids, pixel_values=pix["pixel_values"], image_grid_thw=pix["image_grid_thw"])
+    assert_equal_but_near_ties(ours, ref, gaps)
+
+
+def test_audio_answer_equals_transformers(media_mesh: Proc, hf_omni, demo_ckpt: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer, WhisperFeatureExtractor
+
+    from runtime.audio_lengths import audio_token_count
+
+    (tmp_path / "a.wav").write_bytes(wav(1.5))
+    ours = run_chat(media_mesh, "Transcribe the speech.", {"audio": tmp_path / "a.wav"})
+    import soundfile as sf
+
+    samples, _ = sf.read(tmp_path / "a.wav", dtype="float32")
+    fe = WhisperFeatureExtractor.from_pretrained(demo_ckpt)
+    feats = fe([samples], sampling_rate=16_000, padding=True, truncation=False, return_attention_mask=True,
+               return_tensors="pt")
+    count = audio_token_count(int(feats["attention_mask"].sum()))
+    ids = expanded_ids(AutoTokenizer.from_pretrained(demo_ckpt), "Transcribe the speech.", ["audio"], [count])
+    ref, gaps = reference(hf_omni, ids, input_features=feats["input_features"],
+                          feature_attention_mask=feats["attention_mask"])
+    assert_equal_but_near_ties(ours, ref, gaps)
+
+
+def test_video_answer_equals_transformers(media_mesh: Proc, hf_omni, demo_ckpt: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from gateway.media.vision import VisionMediaConfig, decode_video
+
+    data = mp4(num_frames=8, fps=4)
+    (tmp_path / "v.mp4").write_bytes(data)
+    ours = run_chat(media_mesh, "What happens?", {"video": tmp_path / "v.mp4"})
+    processing = VisionProcessingConfig.from_checkpoint(demo_ckpt)
+    video = decode_video(data, "video", VisionMediaConfig.from_processing(processing))  # the frames the mesh saw
+    pixels = reference_video_pixel_values(torch.from_numpy(np.ascontiguousarray(video.frames)), processing)
+    grid = torch.tensor([[video.grid.t, video.grid.h, video.grid.w]])
+    ids = expanded_ids(AutoTokenizer.from_pretrained(demo_ckpt), "What happens?", ["video"], [video.num_tokens])
+    ref, gaps = reference(hf_omni, ids, pixel_values_videos=pixels, video_grid_thw=grid,
+                          video_second_per_grid=torch.tensor([video.second_per_grid]))
+    assert_equal_but_near_ties(ours, ref, gaps)
+
+
+def test_concurrent_images_of_different_sizes_batch_in_the_vision_stage(media_mesh: Proc, tmp_path: Path) -> None:
+    import concurrent.futures
+
+    vision_metrics = media_mesh.ports["vision"]["metrics_port"]
+    before = scrape(vision_metrics)
+    sizes = [(64, 64), (96, 128), (128, 96), (160, 64)]
+    paths = []
+    for i, (h, w) in enumerate(sizes):
+        paths.append(tmp_path / f"{i}.png")
+        paths[-1].write_bytes(png(h, w, seed=i))
+    with concurrent.futures.ThreadPoolExecutor(len(paths)) as pool:
+        list(pool.map(lambda p: run_chat(media_mesh, "Describe.", {"image": p}), paths))
+    after = scrape(vision_metrics)
+    items = (metric_value(after, "omnimesh_encoder_items_per_batch_sum")
+             - metric_value(before, "omnimesh_encoder_items_per_batch_sum"))
+    batches = (metric_value(after, "omnimesh_encoder_items_per_batch_count")
+               - metric_value(before, "omnimesh_encoder_items_per_batch_count"))
+    assert items == len(sizes)
+    assert batches < items  # at least two requests shared one forward
