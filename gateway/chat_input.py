@@ -49,8 +49,9 @@ def chat_input_from_pb(req: omni_pb2.ChatRequest, defaults: SamplingDefaults) ->
         raise InvalidArgument("messages", "is empty; send at least one message")
     turns = tuple(_turn(i, m) for i, m in enumerate(req.messages))
     modalities = set(req.output_modalities) or {omni_pb2.MODALITY_TEXT}
-    if omni_pb2.MODALITY_UNSPECIFIED in modalities:
-        raise InvalidArgument("output_modalities", "holds MODALITY_UNSPECIFIED; use MODALITY_TEXT and/or MODALITY_AUDIO")
+    if not modalities <= {omni_pb2.MODALITY_TEXT, omni_pb2.MODALITY_AUDIO}:
+        raise InvalidArgument("output_modalities", f"holds {sorted(modalities)}; use MODALITY_TEXT (1) and/or "
+                              "MODALITY_AUDIO (2)")
     return ChatInput(
         request_id=req.request_id or uuid.uuid4().hex,
         turns=turns,

@@ -78,6 +78,43 @@ class EncoderConfig:
 
 
 @dataclass(frozen=True)
+class SpeechConfig:
+    """Talker stage knobs: concurrent rows, frame limits, audio chunk sizes and the default sampling (the model's).
+
+    Sizes count codec frames: 12.5 per second of 24 kHz audio (1,920 samples each). Requests override the
+    sampling fields per call; unset fields take these.
+    """
+
+    max_rows: int = 32  # requests speaking at once; each holds one talker KV slot from its first token to its end
+    max_frames: int = 4095  # codec frames per answer (~5.5 min); the reference's 4,096 talker tokens less the EOS
+    max_prompt_tokens: int = 8192  # user-turn tokens of one talker prompt; a KV slot holds these + 10 + max_frames
+    first_chunk_frames: int = 4  # frames in the first audio chunk: 320 ms of sound, a low time to first audio
+    chunk_frames: int = 25  # frames in each later chunk (2 s): fewer, larger Code2Wav calls
+    left_context_frames: int = 11  # frames the conv stack re-runs before a chunk; 11 covers its receptive field: exact
+    temperature: float = 0.9  # talker (codebook 0); 0 is greedy
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05  # on the codebook-0 codes the request generated
+    predictor_temperature: float = 1.0  # code predictor (codebooks 1..15); greedy whenever the talker is
+    predictor_top_k: int = 50
+    predictor_top_p: float = 0.8
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_frames", "max_prompt_tokens", "first_chunk_frames", "chunk_frames",
+                     "left_context_frames"):
+            _check(getattr(self, name) >= 1, name, getattr(self, name), "use a value >= 1")
+        _check(self.temperature >= 0, "temperature", self.temperature, "use a value >= 0 (0 is greedy)")
+        _check(self.predictor_temperature >= 0, "predictor_temperature", self.predictor_temperature,
+               "use a value >= 0 (0 is greedy)")
+        for name in ("top_k", "predictor_top_k"):
+            _check(getattr(self, name) >= 0, name, getattr(self, name), "use a value >= 0 (0 disables top-k)")
+        for name in ("top_p", "predictor_top_p"):
+            _check(0 < getattr(self, name) <= 1, name, getattr(self, name), "use a value in (0, 1] (1 disables)")
+        _check(self.repetition_penalty > 0, "repetition_penalty", self.repetition_penalty,
+               "use a value > 0 (1 disables)")
+
+
+@dataclass(frozen=True)
 class StageConfig:
     """One stage: where it runs and how the gateway reaches it."""
 
@@ -88,6 +125,7 @@ class StageConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)  # decoder stages (thinker, talker)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)  # encoder stages (vision, audio)
+    speech: SpeechConfig = field(default_factory=SpeechConfig)  # the talker stage
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
@@ -109,6 +147,9 @@ class SamplingDefaults:
     def __post_init__(self) -> None:
         _check(self.temperature >= 0, "temperature", self.temperature, "use a value >= 0 (0 is greedy)")
         _check(0 < self.top_p <= 1, "top_p", self.top_p, "use a value in (0, 1]")
+        _check(self.top_k >= 0, "top_k", self.top_k, "use a value >= 0 (0 disables)")
+        _check(0 <= self.min_p <= 1, "min_p", self.min_p, "use a value in [0, 1]")
+        _check(self.repetition_penalty > 0, "repetition_penalty", self.repetition_penalty, "use a value > 0 (1 is off)")
         _check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "use a value >= 1")
 
 
@@ -167,6 +208,8 @@ def from_dict(cls: type, data: dict[str, Any], path: str = "") -> Any:
         if dataclasses.is_dataclass(hint):
             kwargs[key] = from_dict(hint, value or {}, f"{path}{key}.")
         elif typing.get_origin(hint) is tuple:
+            if isinstance(value, (str, bytes)):  # a bare string would become a tuple of its characters
+                raise ValueError(f"config key {path}{key} must be a list, got the string {value!r}; write [{value!r}]")
             kwargs[key] = tuple(value or ())
         else:
             kwargs[key] = value
@@ -202,7 +245,9 @@ def load_mesh_config(path: Path | None = None, overrides: dict[str, Any] | None 
         node = data
         *parents, leaf = dotted.split(".")
         for p in parents:
-            node = node.setdefault(p, {})
+            if node.get(p) is None:  # absent, or left empty in the YAML (`thinker:`)
+                node[p] = {}
+            node = node[p]
         node[leaf] = value
     return from_dict(MeshConfig, data)
 

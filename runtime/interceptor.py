@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -64,11 +65,18 @@ async def _abort(context: grpc.aio.ServicerContext, err: OmniError) -> None:
     await context.abort_with_status(rpc_status.to_status(to_rpc_status(err)))
 
 
-def _final_code(context: grpc.aio.ServicerContext, default: str) -> str:
+async def _handle_failure(exc: BaseException, context: grpc.aio.ServicerContext, behavior: Any) -> str:
+    """The status code a failed call ends with; aborts for domain errors and hides unexpected ones' details."""
+    if isinstance(exc, OmniError):
+        await _abort(context, exc)  # raises: the abort ends the call
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        return "CANCELLED"
     code = context.code()
-    if isinstance(code, grpc.StatusCode):
+    if isinstance(code, grpc.StatusCode):  # the handler aborted with a status of its own
         return code.name
-    return default
+    log.exception("unhandled error in %s", behavior)
+    await context.abort(grpc.StatusCode.INTERNAL, "internal error (see the server log)")
+    return "INTERNAL"
 
 
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]], track: _CallTracker) -> Callable[..., Awaitable[Any]]:
@@ -77,16 +85,9 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], track: _CallTracker) ->
         code = "OK"
         try:
             return await behavior(request, context)
-        except OmniError as err:
-            code = err.grpc_code_name
-            await _abort(context, err)
-        except asyncio.CancelledError:
-            code = "CANCELLED"
-            raise
-        except Exception:
-            code = _final_code(context, "INTERNAL")
-            if code == "INTERNAL":
-                log.exception("unhandled error in %s", behavior)
+        except BaseException as exc:
+            code = _code_of(exc)
+            code = await _handle_failure(exc, context, behavior)
             raise
         finally:
             track.done(t0, code)
@@ -99,20 +100,26 @@ def _wrap_stream(behavior: Callable[..., Any], track: _CallTracker) -> Callable[
         t0 = track.start()
         code = "OK"
         try:
-            async for response in behavior(request, context):
-                yield response
-        except OmniError as err:
-            code = err.grpc_code_name
-            await _abort(context, err)
-        except (asyncio.CancelledError, GeneratorExit):
-            code = "CANCELLED"
-            raise
-        except Exception:
-            code = _final_code(context, "INTERNAL")
-            if code == "INTERNAL":
-                log.exception("unhandled error in %s", behavior)
+            result = behavior(request, context)
+            if inspect.isawaitable(result):  # a handler that sends with context.write() (e.g. Health/Watch)
+                await result
+            else:
+                async for response in result:
+                    yield response
+        except BaseException as exc:
+            code = _code_of(exc)
+            code = await _handle_failure(exc, context, behavior)
             raise
         finally:
             track.done(t0, code)
 
     return wrapper
+
+
+def _code_of(exc: BaseException) -> str:
+    """The code to record if handling the failure itself ends the call (abort raises)."""
+    if isinstance(exc, OmniError):
+        return exc.grpc_code_name
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        return "CANCELLED"
+    return "INTERNAL"

@@ -24,6 +24,7 @@ READY_PREFIX = "OMNIMESH_READY "  # the line `omnimesh up` waits for on a child'
 
 def server_options(cfg: ServerConfig) -> list[tuple[str, Any]]:
     return [
+        ("grpc.so_reuseport", 0),  # a second server on a port in use must fail, not share it silently
         ("grpc.max_send_message_length", cfg.max_message_bytes),
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         # Accept client keepalive pings, even during a long silent prefill (ops-notes.md: "Too many pings").
@@ -66,7 +67,10 @@ class StageServer:
     async def start(self) -> BoundPorts:
         names = [*self._services, health.SERVICE_NAME, reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, self.server)
-        port = self.server.add_insecure_port(f"{self.cfg.host}:{self.cfg.port}")
+        try:
+            port = self.server.add_insecure_port(f"{self.cfg.host}:{self.cfg.port}")
+        except RuntimeError as e:  # grpcio raises RuntimeError where older versions returned 0
+            raise OSError(f"could not bind {self.cfg.host}:{self.cfg.port}: {e}") from None
         if port == 0:
             raise OSError(f"could not bind {self.cfg.host}:{self.cfg.port}")
         await self.server.start()

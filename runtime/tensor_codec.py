@@ -87,6 +87,9 @@ class TensorAssembler:
             shape = tuple(int(s) for s in msg.shape)
             if any(s < 0 for s in shape):
                 raise InvalidArgument(field_name, f"shape {list(shape)} has a negative dimension")
+            size = math.prod(shape) * _element_size(_PB_TO_TORCH[msg.dtype])  # Python ints: never wraps around
+            if size > self._max_bytes:  # refuse before buffering anything
+                raise InvalidArgument(field_name, f"{size} bytes exceed the limit of {self._max_bytes}")
             part = _Partial(msg.dtype, shape, count)
             self._partial[msg.name] = part
         elif (msg.dtype, tuple(msg.shape), count) != (part.dtype, part.shape, part.count):
@@ -101,9 +104,7 @@ class TensorAssembler:
 
     def _finish(self, field_name: str, part: _Partial) -> torch.Tensor:
         dtype = _PB_TO_TORCH[part.dtype]
-        expected = math.prod(part.shape) * _element_size(dtype)  # Python ints: a huge shape must not wrap around
-        if expected > self._max_bytes:
-            raise InvalidArgument(field_name, f"{expected} bytes exceed the limit of {self._max_bytes}")
+        expected = math.prod(part.shape) * _element_size(dtype)
         data = b"".join(part.parts)
         if len(data) != expected:
             raise InvalidArgument(field_name, f"{len(data)} bytes received, shape {list(part.shape)} needs {expected}")

@@ -53,6 +53,9 @@ class AsyncEngine:
         """Queues `seq` for the next step; read its events from the returned stream, close it to abort."""
         loop = asyncio.get_running_loop()
         stream = SequenceStream(seq, self)
+        if self._failure is not None:  # nobody would ever answer: end the stream now
+            stream.events.put_nowait(TokenEvent(seq, None, finish_reason=FinishReason.CANCELLED))
+            return stream
         self._commands.put(_Add(seq, lambda ev: loop.call_soon_threadsafe(stream.events.put_nowait, ev)))
         return stream
 
@@ -67,21 +70,46 @@ class AsyncEngine:
                     return
                 events, stats = self.engine.step()
                 for ev in events:
-                    sink = self._sinks.get(ev.seq.seq_id)
-                    if sink is not None:
-                        sink(ev)
-                        if ev.finish_reason is not None:
-                            del self._sinks[ev.seq.seq_id]
+                    self._deliver(ev)
                 if stats is not None and self._on_step is not None:
                     self._on_step(stats)
         except BaseException as e:  # a dead engine must fail every open stream, not hang it
             log.exception("engine loop died")
             self._failure = e
-            for seq_id, sink in list(self._sinks.items()):
-                seq = self.engine.abort(seq_id)
-                if seq is not None:
+            self._fail_all()
+
+    def _deliver(self, ev: TokenEvent) -> None:
+        sink = self._sinks.get(ev.seq.seq_id)
+        if sink is None:
+            return
+        try:
+            sink(ev)
+        except RuntimeError:  # the stream's event loop is gone (shutdown): drop the stream, free its KV
+            log.warning("dropping request %s: its stream can no longer be reached", ev.seq.request_id)
+            self._sinks.pop(ev.seq.seq_id, None)
+            self.engine.abort(ev.seq.seq_id)
+            return
+        if ev.finish_reason is not None:
+            del self._sinks[ev.seq.seq_id]
+
+    def _fail_all(self) -> None:
+        """Ends every open stream and every one still queued with CANCELLED."""
+        while True:
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(cmd, _Add):
+                self._sinks[cmd.seq.seq_id] = cmd.sink
+                self.engine.add(cmd.seq)
+        for seq_id, sink in list(self._sinks.items()):
+            seq = self.engine.abort(seq_id)
+            if seq is not None:
+                try:
                     sink(TokenEvent(seq, None, finish_reason=FinishReason.CANCELLED))
-            self._sinks.clear()
+                except RuntimeError:
+                    pass
+        self._sinks.clear()
 
     def _drain_commands(self, block: bool) -> bool:
         """Applies queued adds and aborts; waits for one when idle. False when asked to stop."""

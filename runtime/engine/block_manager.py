@@ -27,6 +27,8 @@ class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_cache: bool = True) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks}: the KV cache needs at least one block")
+        if block_size < 1:
+            raise ValueError(f"block_size={block_size}: a block holds at least one token")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_cache = enable_prefix_cache
@@ -97,7 +99,8 @@ class BlockManager:
             seq.block_keys.append(key)
         hit = len(seq.block_table) * self.block_size
         seq.num_computed_tokens = hit
-        seq.num_cached_prompt_tokens = min(hit, seq.num_prompt_tokens)
+        if seq.num_preemptions == 0:  # a recompute finding its own blocks is not what the client's prompt hit
+            seq.num_cached_prompt_tokens = min(hit, seq.num_prompt_tokens)
         return hit
 
     def commit(self, seq: Sequence) -> None:

@@ -65,7 +65,8 @@ def _filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_
     ranks = torch.arange(V, device=logits.device).unsqueeze(0)  # [1, V]
     k = torch.where(top_k > 0, top_k, torch.full_like(top_k, V)).unsqueeze(1)  # [B, 1]
     drop = ranks >= k
-    probs = torch.softmax(sorted_logits, dim=-1)
+    # top-p and min-p act on what top-k kept, renormalised (as transformers and vLLM do)
+    probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
     cum_before = torch.cumsum(probs, dim=-1) - probs  # mass strictly above each rank
     drop |= (cum_before >= top_p.unsqueeze(1)) & (top_p.unsqueeze(1) < 1.0)  # float cumsum reaches 1 early: 1 is off
     drop |= probs < (min_p.unsqueeze(1) * probs[:, :1])

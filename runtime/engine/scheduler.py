@@ -94,7 +94,7 @@ class Scheduler:
                 seq.num_computed_tokens = 0
                 break
             self.waiting.popleft()
-            if self.blocks.enable_prefix_cache and seq.allow_prefix_cache:
+            if self.blocks.enable_prefix_cache and seq.allow_prefix_cache and seq.num_preemptions == 0:
                 self.num_prefix_queried_tokens += seq.num_prompt_tokens
                 self.num_prefix_hit_tokens += seq.num_cached_prompt_tokens
             seq.status = SequenceStatus.RUNNING

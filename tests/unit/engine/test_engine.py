@@ -348,7 +348,6 @@ def test_a_dead_engine_cancels_every_open_stream() -> None:
     assert aeng.engine.scheduler.blocks.num_free_blocks == 64
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a sequence submitted after the engine loop died never gets an event")
 def test_submitting_to_a_dead_engine_fails_the_stream() -> None:
     aeng, runner, _ = make_async()
     runner.fail_at_step = 0

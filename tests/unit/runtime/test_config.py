@@ -147,8 +147,6 @@ def test_a_value_of_the_wrong_type_is_a_value_error_naming_the_section() -> None
         from_dict(MeshConfig, {"thinker": {"engine": {"max_num_seqs": "four"}}})
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a string where a list is expected is split into characters, "
-                                       "so `api_keys: secret` accepts the one-letter keys 's', 'e', ...")
 def test_a_string_for_a_tuple_field_is_not_split_into_characters() -> None:
     try:
         cfg = from_dict(GatewayConfig, {"api_keys": "secret"})
@@ -198,8 +196,6 @@ def test_an_unknown_override_key_is_named() -> None:
         load_mesh_config(None, {"thinker.engin.max_num_seqs": 2})
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an override under a section left empty in YAML (`thinker:`) crashes "
-                                       "with TypeError on None")
 def test_an_override_under_an_empty_yaml_section(tmp_path: Path) -> None:
     path = tmp_path / "mesh.yaml"
     path.write_text("thinker:\n")

@@ -245,8 +245,6 @@ def test_an_unexpected_exception_is_counted_as_internal(method: str) -> None:
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an unexpected exception reaches the client as UNKNOWN with the "
-                                       "exception's text, while the metrics count it as INTERNAL")
 def test_an_unexpected_exception_is_internal_to_the_client_too() -> None:
     async def main() -> None:
         async with running() as (srv, channel, _):
@@ -355,8 +353,6 @@ def test_graceful_stop_flips_health_and_lets_in_flight_calls_finish() -> None:
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the interceptor's stream wrapper breaks write()-style stream handlers "
-                                       "such as grpc.health.v1.Health/Watch (client sees UNKNOWN)")
 @pytest.mark.filterwarnings("ignore:coroutine 'HealthServicer.Watch' was never awaited:RuntimeWarning")
 def test_health_watch_sees_serving_then_not_serving() -> None:
     async def main() -> None:
@@ -404,7 +400,6 @@ def test_a_host_that_cannot_be_bound_fails_start() -> None:
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: grpc's default SO_REUSEPORT lets a second server bind a port in use")
 def test_a_port_in_use_fails_start() -> None:
     async def main() -> None:
         async with running() as (_, _c, ports):

@@ -1,0 +1,256 @@
+"""The talker engine: continuous batching of talker steps across requests on its own thread, audio out in chunks.
+
+Each iteration: start rows whose first thinker token arrived (one prefill each), step every ready row together
+(the code predictor batched inside the step), decode every stream with a chunk ready in batched Code2Wav calls,
+and finish rows whose audio is all out. Requests join and leave between iterations; a row waiting for its next
+thinker token sits out the step without holding anyone up.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from runtime.config import SpeechConfig
+from runtime.errors import OmniError, Unavailable
+from runtime.metrics import Metrics
+from services.talker.handle import SpeechHandle
+from services.talker.job import Sink, SpeechJob
+from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
+from services.talker.model.generate import TalkerRunner
+from services.talker.request import SpeakInput
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Add:
+    job: SpeechJob
+
+
+@dataclass(frozen=True)
+class _Text:
+    job_id: int
+    token_ids: list[int]
+
+
+@dataclass(frozen=True)
+class _End:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    job_id: int
+
+
+_Command = _Add | _Text | _End | _Cancel | None  # None stops the loop
+
+
+class SpeechEngine:
+    """Owns the TalkerRunner (its KV slots are the rows) and the Code2Wav streams; see the module docstring."""
+
+    def __init__(self, runner: TalkerRunner, speech: SpeechConfig, thinker_eos: frozenset[int],
+                 metrics: Metrics | None = None) -> None:
+        self.runner = runner
+        self.speech = speech
+        self.thinker_eos = thinker_eos
+        self._metrics = metrics
+        self._ids = itertools.count()
+        self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        self._pending: dict[int, SpeechJob] = {}  # submitted, no row yet (insertion order: first come first served)
+        self._running: dict[int, SpeechJob] = {}  # holding a row, or flushing its last audio
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="talker-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    def close(self) -> None:
+        self._commands.put(None)
+        self._thread.join(timeout=10)
+
+    def submit(self, inp: SpeakInput) -> SpeechHandle:
+        """Queues a request; feed it text through the handle and read its audio from it; close it to cancel."""
+        handle = SpeechHandle(self, next(self._ids))
+        if self._failure is not None:
+            handle.deliver(Unavailable(f"the talker engine has failed: {self._failure!r}", stage="talker"))
+            return handle
+        loop = asyncio.get_running_loop()
+
+        def sink(item: object) -> None:
+            loop.call_soon_threadsafe(handle.deliver, item)
+
+        code2wav = self.runner.model.code2wav
+        stream = StreamingCode2Wav(code2wav, self.speech.first_chunk_frames, self.speech.chunk_frames,
+                                   self.speech.left_context_frames)
+        self._commands.put(_Add(SpeechJob(handle.job_id, inp, sink, stream)))
+        return handle
+
+    def push_text(self, job_id: int, token_ids: list[int]) -> None:
+        self._commands.put(_Text(job_id, list(token_ids)))
+
+    def end_text(self, job_id: int) -> None:
+        self._commands.put(_End(job_id))
+
+    def cancel(self, job_id: int) -> None:
+        self._commands.put(_Cancel(job_id))
+
+    # --- the engine thread -------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            while self._drain_commands(block=not self._has_work()):
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    worked = self._iterate()
+                if worked and self._metrics is not None:
+                    self._metrics.get("omnimesh_step_time_seconds").observe(time.perf_counter() - t0)
+                self._update_gauges()
+        except BaseException as e:  # a dead engine must fail every open stream, not hang it
+            log.exception("talker engine loop died")
+            self._failure = e
+            self._fail_all(Unavailable(f"the talker engine has failed: {e!r}", stage="talker"))
+
+    def _has_work(self) -> bool:
+        if self.runner.kv.free_slots and any(j.can_start for j in self._pending.values()):
+            return True
+        return any(j.state is not None and (j.state.is_ready or j.is_done) for j in self._running.values())
+
+    def _drain_commands(self, block: bool) -> bool:
+        """Applies queued commands; waits for one when idle. False when asked to stop."""
+        while True:
+            try:
+                cmd = self._commands.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if cmd is None:
+                return False
+            if isinstance(cmd, _Add):
+                self._pending[cmd.job.job_id] = cmd.job
+                continue
+            job = self._pending.get(cmd.job_id) or self._running.get(cmd.job_id)
+            if job is None:
+                continue  # finished or cancelled already
+            if isinstance(cmd, _Text):
+                job.add_text(cmd.token_ids)
+            elif isinstance(cmd, _End):
+                job.end_text()
+            else:
+                self._drop(job)
+            self._update_gauges()
+
+    def _iterate(self) -> bool:
+        started = self._start_rows()
+        stepped = self._step_rows()
+        decoded = self._decode_chunks()
+        for job in [j for j in self._running.values() if j.is_done]:
+            del self._running[job.job_id]
+            self._send(job, job.finished())
+        return started or stepped or decoded
+
+    def _start_rows(self) -> bool:
+        started = False
+        for job in list(self._pending.values()):
+            if not self.runner.kv.free_slots:
+                break
+            if not job.can_start:
+                continue
+            del self._pending[job.job_id]
+            t0 = time.perf_counter()
+            inp = job.inp
+            try:
+                state = self.runner.start(inp.prompt, job.first_token, inp.sampling, inp.max_frames, inp.request_id,
+                                          self.thinker_eos)
+            except OmniError as err:  # a prompt the checks let through but the prefill refuses: this request only
+                self._send(job, err)
+                continue
+            job.started(state)
+            job.compute_seconds += time.perf_counter() - t0
+            self._running[job.job_id] = job
+            if self._metrics is not None:
+                self._metrics.get("omnimesh_queue_time_seconds").observe(job.queue_seconds)
+            started = True
+        return started
+
+    def _step_rows(self) -> bool:
+        ready = [j for j in self._running.values() if j.state is not None and j.state.is_ready]
+        if not ready:
+            return False
+        t0 = time.perf_counter()
+        frames = self.runner.step([j.state for j in ready])  # (B, G)
+        host = frames.cpu() if any(j.inp.return_codes for j in ready) else None
+        for i, job in enumerate(ready):
+            job.add_frame(frames[i], host[i] if host is not None and job.inp.return_codes else None)
+        elapsed = time.perf_counter() - t0
+        for job in ready:
+            job.compute_seconds += elapsed
+        if self._metrics is not None:
+            self._metrics.get("omnimesh_batch_size").observe(len(ready))
+        return True
+
+    def _decode_chunks(self) -> bool:
+        """One batched Code2Wav pass over every stream with a chunk ready; finished rows flush their tail."""
+        jobs = [j for j in self._running.values() if j.stream.ready_frames(final=self._final(j)) > 0]
+        if not jobs:
+            return False
+        t0 = time.perf_counter()
+        pieces = decode_streams(self.runner.model.code2wav, [j.stream for j in jobs], [self._final(j) for j in jobs])
+        elapsed = time.perf_counter() - t0
+        for job, parts in zip(jobs, pieces):
+            job.compute_seconds += elapsed
+            if parts:
+                self._send(job, job.audio(parts))
+        return True
+
+    @staticmethod
+    def _final(job: SpeechJob) -> bool:
+        return job.state is not None and job.state.finished
+
+    def _send(self, job: SpeechJob, item: object) -> None:
+        try:
+            job.sink(item)
+        except RuntimeError:  # the stream's event loop is gone (shutdown): free the row
+            log.warning("dropping speech request %s: its stream can no longer be reached", job.inp.request_id)
+            self._drop(job)
+
+    def _drop(self, job: SpeechJob) -> None:
+        """Cancel: forget the request and free its row and KV slot now."""
+        self._pending.pop(job.job_id, None)
+        self._running.pop(job.job_id, None)
+        if job.state is not None and not job.state.finished:
+            self.runner.release(job.state)
+
+    def _update_gauges(self) -> None:
+        if self._metrics is not None:
+            self._metrics.get("omnimesh_requests_running").set(len(self._running))
+            self._metrics.get("omnimesh_queue_depth").set(len(self._pending))
+
+    def _fail_all(self, err: OmniError) -> None:
+        while True:
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(cmd, _Add):
+                self._pending[cmd.job.job_id] = cmd.job
+        for job in [*self._pending.values(), *self._running.values()]:
+            try:
+                job.sink(err)
+            except RuntimeError:
+                pass
+        self._pending.clear()
+        self._running.clear()
+        self._update_gauges()
+
+
+__all__ = ["SpeechEngine", "Sink"]

@@ -1,0 +1,93 @@
+"""One Speak request inside the engine: text received so far, its talker row, its Code2Wav stream and its outputs."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from services.talker.model.code2wav_stream import StreamingCode2Wav
+from services.talker.model.state import TalkerState
+from services.talker.request import SAMPLE_RATE, AudioOut, FinishedOut, SpeakInput, SpeechFinish
+
+# What the engine hands a request's stream: audio, the finish, or the error that ended it.
+Sink = Callable[[AudioOut | FinishedOut | BaseException], None]
+
+
+@dataclass(eq=False)
+class SpeechJob:
+    """Engine-side state of one request; touched only by the engine thread once submitted."""
+
+    job_id: int
+    inp: SpeakInput
+    sink: Sink
+    stream: StreamingCode2Wav
+    text: list[int] = field(default_factory=list)  # thinker ids that arrived before the talker row started
+    text_ended: bool = False
+    state: TalkerState | None = None  # set when the row starts (prefill)
+    frames: list[torch.Tensor] = field(default_factory=list)  # (G,) host codes per frame, when codes are returned
+    emitted_frames: int = 0  # frames already covered by audio chunks
+    emitted_samples: int = 0
+    chunks: int = 0
+    submitted: float = field(default_factory=time.monotonic)
+    queue_seconds: float = 0.0
+    compute_seconds: float = 0.0
+
+    @property
+    def can_start(self) -> bool:
+        """The prefill needs the thinker's first token, or to know that there will be none."""
+        return bool(self.text) or self.text_ended
+
+    @property
+    def first_token(self) -> int | None:
+        return self.text[0] if self.text else None
+
+    def add_text(self, token_ids: list[int]) -> None:
+        if self.state is None:
+            self.text.extend(token_ids)
+        else:
+            for t in token_ids:
+                self.state.push_text(t)
+
+    def end_text(self) -> None:
+        self.text_ended = True
+        if self.state is not None:
+            self.state.finish_text()
+
+    def started(self, state: TalkerState) -> None:
+        """The row exists: text that waited for it goes into its queue (the first id is in the prefill)."""
+        self.state = state
+        self.queue_seconds = time.monotonic() - self.submitted
+        for t in self.text[1:]:
+            state.push_text(t)
+        if self.text_ended:
+            state.finish_text()
+        self.text = []
+
+    def add_frame(self, frame: torch.Tensor, host_frame: torch.Tensor | None) -> None:
+        self.stream.push(frame)
+        if host_frame is not None:
+            self.frames.append(host_frame)
+
+    @property
+    def is_done(self) -> bool:
+        """Finished talking and every frame decoded: only the finish message is left."""
+        return self.state is not None and self.state.finished and self.stream.decoded_frames == self.stream.num_frames
+
+    def audio(self, pieces: list[torch.Tensor]) -> AudioOut:
+        """The chunk for the waveform pieces that the frames decoded since the last chunk produced."""
+        lo, hi = self.emitted_frames, self.stream.decoded_frames
+        samples = torch.cat(pieces).float().cpu()
+        codes = torch.stack(self.frames[lo:hi]) if self.inp.return_codes else None  # [frames, G]
+        out = AudioOut(self.chunks, samples, hi - lo, codes)
+        self.chunks += 1
+        self.emitted_frames = hi
+        self.emitted_samples += samples.numel()
+        return out
+
+    def finished(self) -> FinishedOut:
+        assert self.state is not None
+        reason = SpeechFinish.LENGTH if self.state.num_frames >= self.state.max_frames else SpeechFinish.STOP
+        return FinishedOut(reason, self.state.num_frames, self.emitted_samples / SAMPLE_RATE, self.queue_seconds,
+                           self.compute_seconds)

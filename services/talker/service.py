@@ -1,0 +1,53 @@
+"""The talker's domain: a request and its thinker text in, audio chunks and the finish out (no protobuf here)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from runtime.errors import OmniError, Unavailable
+from runtime.metrics import Metrics
+from services.talker.engine import SpeechEngine
+from services.talker.handle import SpeechHandle
+from services.talker.request import AudioOut, FinishedOut, SpeakInput
+
+# The thinker's text as it streams: each item is the ids produced since the last, None when the thinker ended.
+TextFeed = AsyncIterator[list[int] | None]
+
+
+class TalkerService:
+    """Submits a request to the engine, relays its text while it runs, and streams its audio back."""
+
+    def __init__(self, engine: SpeechEngine, metrics: Metrics) -> None:
+        self.engine = engine
+        self.metrics = metrics
+
+    async def speak(self, inp: SpeakInput, text: TextFeed) -> AsyncIterator[AudioOut | FinishedOut]:
+        if self.engine.failure is not None:
+            raise Unavailable(f"the talker engine has failed: {self.engine.failure!r}", stage="talker")
+        async with self.engine.submit(inp) as handle:
+            relay = asyncio.create_task(_relay(text, handle))
+            try:
+                while True:
+                    out = await handle.next()
+                    yield out
+                    if isinstance(out, FinishedOut):
+                        return
+            finally:
+                # the talker may finish (EOS, max frames) before the thinker does: stop reading its text then
+                relay.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await relay
+
+
+async def _relay(text: TextFeed, handle: SpeechHandle) -> None:
+    """Moves thinker ids from the request stream into the engine; a bad message fails the request."""
+    try:
+        async for item in text:
+            if item is None:
+                handle.end_text()
+            else:
+                handle.push_text(item)
+        handle.end_text()  # a client that half-closes without text_end has no more text either
+    except OmniError as err:
+        handle.deliver(err)
