@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 from runtime.errors import OmniError, Unavailable
@@ -10,6 +10,8 @@ from runtime.metrics import Metrics
 from services.talker.engine import SpeechEngine
 from services.talker.handle import SpeechHandle
 from services.talker.request import AudioOut, FinishedOut, SpeakInput
+
+log = logging.getLogger(__name__)
 
 # The thinker's text as it streams: each item is the ids produced since the last, None when the thinker ended.
 TextFeed = AsyncIterator[list[int] | None]
@@ -36,8 +38,7 @@ class TalkerService:
             finally:
                 # the talker may finish (EOS, max frames) before the thinker does: stop reading its text then
                 relay.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await relay
+                await asyncio.gather(relay, return_exceptions=True)
 
 
 async def _relay(text: TextFeed, handle: SpeechHandle) -> None:
@@ -50,4 +51,7 @@ async def _relay(text: TextFeed, handle: SpeechHandle) -> None:
                 handle.push_text(item)
         handle.end_text()  # a client that half-closes without text_end has no more text either
     except OmniError as err:
+        handle.deliver(err)
+    except Exception as err:  # the request stream broke: end the request with it rather than lose it
+        log.warning("reading the Speak request stream failed: %r", err)
         handle.deliver(err)
