@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 MESH_PREFIX = "OMNIMESH_MESH "  # one machine-readable line with every process's ports, for scripts and tests
 
 # Stage processes `up` knows how to start, in start order (the gateway comes last).
-STAGE_MODULES = {"vision": "services.vision", "audio": "services.audio", "thinker": "services.thinker"}
+STAGE_MODULES = {"vision": "services.vision", "audio": "services.audio", "talker": "services.talker",
+                 "thinker": "services.thinker"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -36,7 +36,8 @@ def resolve_speech_sampling(talker: common_pb2.SamplingParams, predictor: common
     p_temp = _get(predictor, "temperature", 0.0 if t_temp == 0 else speech.predictor_temperature)
     p_top_k = int(_get(predictor, "top_k", speech.predictor_top_k))
     p_top_p = _get(predictor, "top_p", speech.predictor_top_p)
-    for field, temp, top_k, top_p in ((TALKER_FIELD, t_temp, t_top_k, t_top_p), (PREDICTOR_FIELD, p_temp, p_top_k, p_top_p)):
+    sides = ((TALKER_FIELD, t_temp, t_top_k, t_top_p), (PREDICTOR_FIELD, p_temp, p_top_k, p_top_p))
+    for field, temp, top_k, top_p in sides:
         _check(temp >= 0, f"{field}.temperature", f"is {temp}; must be >= 0 (0 is greedy)")
         _check(top_k >= 0, f"{field}.top_k", f"is {top_k}; must be >= 0 (0 disables)")
         _check(0 < top_p <= 1, f"{field}.top_p", f"is {top_p}; must be in (0, 1]")

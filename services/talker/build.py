@@ -1,0 +1,71 @@
+"""Assembles the talker stage: model, runner (KV slots), engine, service and servicer on a StageServer."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from omnimesh.v1 import common_pb2, talker_pb2_grpc
+from runtime.build_info import build_string
+from runtime.config import MeshConfig
+from runtime.server import StageServer
+from runtime.tokenizer import Tokenizer
+from services.talker.engine import SpeechEngine
+from services.talker.model.generate import TalkerRunner
+from services.talker.model.load import TalkerModel, load_talker_model
+from services.talker.model.prompt import ASSISTANT_PREAMBLE
+from services.talker.prompt_check import PromptLimits
+from services.talker.request import SAMPLE_RATE
+from services.talker.service import TalkerService
+from services.talker.servicer import TalkerServicer
+from services.talker.voices import voice_names
+from services.talker.wire import SpeakLimits
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "omnimesh.v1.Talker"
+
+
+def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> tuple[TalkerService, TalkerModel]:
+    stage = mesh.talker
+    speech = stage.speech
+    device = torch.device(stage.device)
+    model = load_talker_model(model_dir, device=device, dtype=getattr(torch, stage.dtype))
+    # a slot holds the user turns, the assistant preamble and one position per frame (the last one unused)
+    capacity = speech.max_prompt_tokens + ASSISTANT_PREAMBLE + speech.max_frames + 1
+    runner = TalkerRunner(model, speech.max_rows, capacity)
+    receptive = model.code2wav.conv_receptive_frames()
+    if speech.left_context_frames < receptive:
+        log.warning("talker: left_context_frames=%d is below Code2Wav's receptive field of %d frames: chunk "
+                    "boundaries will differ slightly from a full decode", speech.left_context_frames, receptive)
+    thinker_eos = frozenset(Tokenizer.from_dir(model_dir).eos_token_ids) | {model.cfg.thinker_eos}
+    engine = SpeechEngine(runner, speech, thinker_eos, server.metrics)
+    log.info("talker: %d rows x %d positions, frames per chunk %d then %d (context %d), voices %s, on %s %s",
+             speech.max_rows, capacity, speech.first_chunk_frames, speech.chunk_frames, speech.left_context_frames,
+             voice_names(model.cfg), device, stage.dtype)
+    return TalkerService(engine, server.metrics), model
+
+
+def stage_info(mesh: MeshConfig, server: StageServer, model: TalkerModel) -> common_pb2.StageInfo:
+    cfg, speech = model.cfg, mesh.talker.speech
+    return common_pb2.StageInfo(
+        stage="talker", replica=server.replica, model=mesh.model, build=build_string(), device=str(model.device),
+        dims={"hidden_size": cfg.lm.hidden_size, "thinker_hidden_size": cfg.lm.thinker_hidden_size,
+              "thinker_vocab_size": model.embed_table.shape[0], "num_layers": cfg.lm.num_layers,
+              "num_experts": cfg.lm.num_experts, "num_code_groups": cfg.num_code_groups,
+              "codebook_size": cfg.code_predictor.vocab_size, "accept_hidden_layer": cfg.accept_hidden_layer,
+              "sample_rate": SAMPLE_RATE, "samples_per_frame": model.code2wav.samples_per_frame},
+        limits={"max_rows": speech.max_rows, "max_frames": speech.max_frames,
+                "max_prompt_tokens": speech.max_prompt_tokens, "first_chunk_frames": speech.first_chunk_frames,
+                "chunk_frames": speech.chunk_frames, "left_context_frames": speech.left_context_frames},
+        voices=voice_names(cfg))
+
+
+async def build_talker(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
+    service, model = build_talker_service(mesh, model_dir, server)
+    limits = SpeakLimits(PromptLimits(model.cfg, model.embed_table.shape[0], mesh.talker.speech.max_prompt_tokens),
+                         mesh.talker.speech, voice_names(model.cfg))
+    servicer = TalkerServicer(service, limits, stage_info(mesh, server, model))
+    server.add_service(talker_pb2_grpc.add_TalkerServicer_to_server, servicer, SERVICE_NAME)
+    return service.engine.close
