@@ -93,6 +93,8 @@ class SpeechEngine:
         stream = StreamingCode2Wav(code2wav, self.speech.first_chunk_frames, self.speech.chunk_frames,
                                    self.speech.left_context_frames)
         self._commands.put(_Add(SpeechJob(handle.job_id, inp, sink, stream)))
+        if self._failure is not None:  # died after the check above: its last drain may have missed this job
+            handle.deliver(Unavailable(f"the talker engine has failed: {self._failure!r}", stage="talker"))
         return handle
 
     def push_text(self, job_id: int, token_ids: list[int]) -> None:

@@ -1,6 +1,7 @@
 """Speak calls on the talker stage for tests: request messages, prompts with media, whole calls, the reference."""
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -112,6 +113,24 @@ async def messages(msgs: Iterable[talker_pb2.SpeakRequest]) -> AsyncIterator[tal
 async def speak(addr: str, msgs: list[talker_pb2.SpeakRequest]) -> Spoken:
     async with grpc.aio.insecure_channel(addr) as channel:
         return collect([r async for r in talker_pb2_grpc.TalkerStub(channel).Speak(messages(msgs))])
+
+
+async def speak_paced(addr: str, msgs: list[talker_pb2.SpeakRequest], pause: float = 0.01) -> Spoken:
+    """Like `speak`, but stops writing once the call has ended. grpc.aio turns a write that races the server's
+    status into a client-side INTERNAL ("Internal error from Core"); error tests must see the server's status."""
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call = None
+
+        async def paced() -> AsyncIterator[talker_pb2.SpeakRequest]:
+            for i, m in enumerate(msgs):
+                if i:
+                    await asyncio.sleep(pause)
+                if call is not None and call.done():
+                    return
+                yield m
+
+        call = talker_pb2_grpc.TalkerStub(channel).Speak(paced())
+        return collect([r async for r in call])
 
 
 def reference(model: TalkerModel, prompt: SpeechPrompt, tokens: Sequence[int], max_frames: int) -> SpeechResult:

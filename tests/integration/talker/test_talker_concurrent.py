@@ -20,6 +20,8 @@ def test_concurrent_voices_each_equal_their_alone_result(talker_stage: Proc, tal
     port = talker_stage.ports["metrics_port"]
     steps0 = metric(port, "omnimesh_batch_size_count")
     rows0 = metric(port, "omnimesh_batch_size_sum")
+    queued0 = metric(port, "omnimesh_queue_time_seconds_count")
+    iterations0 = metric(port, "omnimesh_step_time_seconds_count")
     mp = media_prompt(seed=2)
     texts = [list(range(2000, 2012)), list(range(3000, 3004)), list(range(4000, 4020))]
     calls = [
@@ -42,4 +44,6 @@ def test_concurrent_voices_each_equal_their_alone_result(talker_stage: Proc, tal
     frames = sum(s.finished.num_frames for s in spoken)
     assert rows == frames, "every frame is one row of one talker step"
     assert steps < frames, f"{steps} steps for {frames} frames: the requests never shared a step"
+    assert metric(port, "omnimesh_queue_time_seconds_count") - queued0 == 3
+    assert metric(port, "omnimesh_step_time_seconds_count") - iterations0 >= steps
     assert metric(port, "omnimesh_requests_running") == 0

@@ -15,7 +15,7 @@ from runtime.checkpoint import token_ids as T
 from tests.integration.mesh_process import Proc
 from tests.integration.talker.conftest import MAX_PROMPT_TOKENS
 from tests.integration.talker.talker_calls import (
-    HIDDEN, TEXT_PROMPT, conditioning, media_prompt, metric, speak, start, text, text_end, text_only,
+    HIDDEN, TEXT_PROMPT, conditioning, media_prompt, metric, speak, speak_paced, start, text, text_end, text_only,
 )
 from tests.parity.talker.talker_reference import ASSISTANT_HEADER, SYSTEM_TURN, user_turn
 
@@ -96,7 +96,7 @@ CASES: dict[str, tuple[list[talker_pb2.SpeakRequest], str, tuple[str, ...]]] = {
 def test_malformed_speak_is_invalid_argument(talker_addr: str, case: str) -> None:
     messages, field, words = CASES[case]
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        asyncio.run(speak(talker_addr, messages))
+        asyncio.run(speak_paced(talker_addr, messages))
     err = caught.value
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
     assert err.details().startswith(f"{field}: "), err.details()

@@ -1,0 +1,130 @@
+"""A client that goes away mid-stream frees its talker row at once; requests past max_rows wait for a row."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+import torch
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from omnimesh.v1 import common_pb2, talker_pb2, talker_pb2_grpc
+from tests.integration.mesh_process import Proc
+from tests.integration.talker.conftest import MAX_ROWS
+from tests.integration.talker.talker_calls import TOKENS, conditioning, metric, speak, start, text, text_end, text_only
+
+
+class OpenSpeak:
+    """A Speak call whose messages the test sends when it likes; the thinker 'keeps writing' until told."""
+
+    def __init__(self, stub: talker_pb2_grpc.TalkerStub) -> None:
+        self._outbox: asyncio.Queue[talker_pb2.SpeakRequest | None] = asyncio.Queue()
+        self.call = stub.Speak(self._requests())
+
+    async def _requests(self) -> AsyncIterator[talker_pb2.SpeakRequest]:
+        while (msg := await self._outbox.get()) is not None:
+            yield msg
+
+    def send(self, *msgs: talker_pb2.SpeakRequest) -> None:
+        for m in msgs:
+            self._outbox.put_nowait(m)
+
+    async def read(self) -> talker_pb2.SpeakResponse:
+        return await asyncio.wait_for(self.call.read(), timeout=30)
+
+
+async def _until(metrics_port: int, name: str, value: float, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (got := metric(metrics_port, name)) != value:
+        assert time.monotonic() < deadline, f"{name} stayed {got}, expected {value}"
+        await asyncio.sleep(0.01)
+
+
+def _begin(call: OpenSpeak) -> None:
+    """Start, the empty conditioning, and enough text for the first chunk; the text does not end."""
+    call.send(start(), *conditioning(torch.empty(0, 0)), text(TOKENS[:6]))
+
+
+def _assert_healthy(stage: Proc, addr: str) -> None:
+    async def check() -> health_pb2.HealthCheckResponse:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            return await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+
+    assert asyncio.run(check()).status == health_pb2.HealthCheckResponse.SERVING
+    assert asyncio.run(speak(addr, text_only())).finished.num_frames > 0
+    port = stage.ports["metrics_port"]
+    assert metric(port, "omnimesh_requests_running") == 0 and metric(port, "omnimesh_queue_depth") == 0
+    assert stage.proc.poll() is None
+
+
+def test_cancel_mid_stream_frees_the_row(talker_stage: Proc, talker_addr: str) -> None:
+    port = talker_stage.ports["metrics_port"]
+
+    async def run() -> None:
+        async with grpc.aio.insecure_channel(talker_addr) as channel:
+            call = OpenSpeak(talker_pb2_grpc.TalkerStub(channel))
+            _begin(call)
+            first = await call.read()
+            assert first.WhichOneof("msg") == "audio"
+            await _until(port, "omnimesh_requests_running", 1)  # waiting for more text, holding its row
+            call.call.cancel()
+            await _until(port, "omnimesh_requests_running", 0)
+
+    asyncio.run(run())
+    cancelled = metric(port, "omnimesh_grpc_server_handled_total", grpc_method="Speak", grpc_code="CANCELLED")
+    assert cancelled >= 1
+    _assert_healthy(talker_stage, talker_addr)
+
+
+def test_requests_past_max_rows_wait_for_a_row(talker_stage: Proc, talker_addr: str) -> None:
+    """MAX_ROWS open answers hold every row; one more waits in the queue, and starts when a row is freed by a
+    client that goes away; a queued request can be cancelled too."""
+    port = talker_stage.ports["metrics_port"]
+
+    async def run() -> None:
+        async with grpc.aio.insecure_channel(talker_addr) as channel:
+            stub = talker_pb2_grpc.TalkerStub(channel)
+            holders = [OpenSpeak(stub) for _ in range(MAX_ROWS)]
+            for h in holders:
+                _begin(h)
+            for h in holders:
+                assert (await h.read()).WhichOneof("msg") == "audio"
+            waiting, dropped = OpenSpeak(stub), OpenSpeak(stub)
+            _begin(waiting)
+            _begin(dropped)
+            await _until(port, "omnimesh_queue_depth", 2)
+            dropped.call.cancel()
+            await _until(port, "omnimesh_queue_depth", 1)
+            holders[0].call.cancel()  # frees a row: the waiting request takes it
+            assert (await waiting.read()).WhichOneof("msg") == "audio"
+            assert metric(port, "omnimesh_queue_depth") == 0
+            waiting.send(text(TOKENS[6:]), text_end(), None)
+            while (last := await waiting.read()).WhichOneof("msg") == "audio":
+                pass
+            assert last.WhichOneof("msg") == "finished"
+            for h in holders[1:]:
+                h.call.cancel()
+            await _until(port, "omnimesh_requests_running", 0)
+
+    asyncio.run(run())
+    _assert_healthy(talker_stage, talker_addr)
+
+
+def test_talker_that_finishes_before_the_thinker(talker_stage: Proc, talker_addr: str) -> None:
+    """The talker stops (max frames) while the thinker still writes: finished comes, the text still open is
+    dropped, and the stage stays healthy."""
+    async def run() -> talker_pb2.SpeakFinished:
+        async with grpc.aio.insecure_channel(talker_addr) as channel:
+            call = OpenSpeak(talker_pb2_grpc.TalkerStub(channel))
+            call.send(start(talker_sampling=common_pb2.SamplingParams(temperature=0, max_tokens=3)),
+                      *conditioning(torch.empty(0, 0)), text(TOKENS))
+            while (last := await call.read()).WhichOneof("msg") == "audio":
+                pass
+            call.send(text([5, 6]))  # the thinker is not done yet
+            assert await asyncio.wait_for(call.call.code(), 30) == grpc.StatusCode.OK
+            return last.finished
+
+    finished = asyncio.run(run())
+    assert finished.num_frames == 3 and finished.finish_reason == common_pb2.FINISH_REASON_LENGTH
+    _assert_healthy(talker_stage, talker_addr)

@@ -1,0 +1,151 @@
+"""SpeechEngine in-process on a tiny talker: what lockstep_generate says, in chunks, batched, cancellable, failing
+loudly rather than hanging."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from runtime.checkpoint import token_ids as T
+from runtime.config import SpeechConfig
+from runtime.errors import InvalidArgument, Unavailable
+from runtime.metrics import Metrics
+from services.talker.engine import SpeechEngine
+from services.talker.handle import SpeechHandle
+from services.talker.model.generate import TalkerRunner, lockstep_generate
+from services.talker.model.load import TalkerModel
+from services.talker.model.prompt import SpeechPrompt
+from services.talker.model.sampling import GREEDY, TalkerSampling
+from services.talker.request import AudioOut, FinishedOut, SpeakInput, SpeechFinish
+from tests.unit.talker.talker_tiny import tiny_talker
+
+PROMPT = [T.IM_START, T.USER, T.NEWLINE, 5, 6, T.IM_END, T.NEWLINE, T.IM_START, T.ASSISTANT, T.NEWLINE]
+EOS = frozenset({T.IM_END})
+FRAMES = 12
+SPEECH = SpeechConfig(max_rows=2, max_frames=FRAMES, max_prompt_tokens=16, first_chunk_frames=3, chunk_frames=4)
+
+
+@pytest.fixture(scope="module")
+def model() -> TalkerModel:
+    return tiny_talker()
+
+
+@pytest.fixture
+def engine(model: TalkerModel) -> Iterator[SpeechEngine]:
+    eng = SpeechEngine(TalkerRunner(model, SPEECH.max_rows, 16 + 10 + FRAMES), SPEECH, EOS, Metrics("talker", "t"))
+    yield eng
+    eng.close()
+
+
+def _input(voice: str = "ethan", sampling: TalkerSampling = GREEDY, prompt: list[int] = PROMPT) -> SpeakInput:
+    return SpeakInput("r", SpeechPrompt(prompt, voice), sampling, FRAMES, return_codes=True)
+
+
+async def _drain(handle: SpeechHandle) -> tuple[list[AudioOut], FinishedOut]:
+    chunks = []
+    while isinstance(out := await asyncio.wait_for(handle.next(), 30), AudioOut):
+        chunks.append(out)
+    return chunks, out
+
+
+def _codes(chunks: list[AudioOut]) -> torch.Tensor:
+    return torch.cat([c.codes for c in chunks]).T  # [frames, G] -> (G, T)
+
+
+def test_one_request_is_lockstep_generate_in_chunks(engine: SpeechEngine, model: TalkerModel) -> None:
+    tokens = list(range(20, 30))
+
+    async def run() -> tuple[list[AudioOut], FinishedOut]:
+        handle = engine.submit(_input())
+        handle.push_text(tokens[:2])
+        handle.push_text(tokens[2:])
+        handle.end_text()
+        return await _drain(handle)
+
+    chunks, done = asyncio.run(run())
+    (ref,) = lockstep_generate(model, [SpeechPrompt(PROMPT, "ethan")], [iter(tokens)], max_frames=FRAMES,
+                               thinker_eos=EOS)
+    assert torch.equal(_codes(chunks), ref.codes)
+    assert [c.num_frames for c in chunks] == [3, 4, 4, 1] and [c.index for c in chunks] == [0, 1, 2, 3]
+    assert done.reason is SpeechFinish.LENGTH and done.num_frames == FRAMES
+    with torch.no_grad():
+        full = model.code2wav(ref.codes[None])[0, 0]
+    wav = torch.cat([c.samples for c in chunks])
+    # these random weights drive the unclamped waveform to ~1e2 (fp32 rounding shows at 1e-3); the demo
+    # checkpoint's stage test checks the PCM tightly
+    assert wav.shape == full.shape and (wav - full).abs().max() < 1e-2
+    assert done.audio_seconds == pytest.approx(full.numel() / 24000)
+    assert engine.runner.kv.free_slots and len(engine.runner.kv.free_slots) == SPEECH.max_rows
+
+
+def test_seeded_rows_batched_equal_alone(engine: SpeechEngine, model: TalkerModel) -> None:
+    texts = [list(range(40, 52)), [60, 61, T.IM_END]]
+    samplings = [TalkerSampling(seed=1), TalkerSampling(seed=2, temperature=0.7)]
+    voices = ["chelsie", "aiden"]
+
+    async def run() -> list[tuple[list[AudioOut], FinishedOut]]:
+        handles = [engine.submit(_input(v, s)) for v, s in zip(voices, samplings)]
+        for h, t in zip(handles, texts):
+            h.push_text(t)
+            h.end_text()
+        return await asyncio.gather(*(_drain(h) for h in handles))
+
+    results = asyncio.run(run())
+    for (chunks, _), v, s, t in zip(results, voices, samplings, texts):
+        (alone,) = lockstep_generate(model, [SpeechPrompt(PROMPT, v)], [iter(t)], [s], max_frames=FRAMES,
+                                     thinker_eos=EOS)
+        assert torch.equal(_codes(chunks), alone.codes)
+
+
+def test_cancel_frees_the_row_and_the_queue_moves(engine: SpeechEngine) -> None:
+    async def run() -> FinishedOut:
+        first, second, third = (engine.submit(_input()) for _ in range(3))
+        for h in (first, second, third):
+            h.push_text([20, 21, 22, 23, 24])  # no end: rows wait for text after 4 frames
+        await asyncio.wait_for(first.next(), 30)
+        await asyncio.wait_for(second.next(), 30)
+        first.close()  # the third request gets its row
+        third.end_text()
+        _, done = await _drain(third)
+        second.close()
+        return done
+
+    done = asyncio.run(run())
+    assert done.num_frames > 0 and done.queue_seconds > 0
+    asyncio.run(asyncio.sleep(0.2))
+    assert len(engine.runner.kv.free_slots) == SPEECH.max_rows
+
+
+def test_a_prompt_the_prefill_refuses_fails_only_its_request(engine: SpeechEngine) -> None:
+    async def run() -> tuple[BaseException, FinishedOut]:
+        bad, good = engine.submit(_input(prompt=PROMPT[:-3])), engine.submit(_input())
+        for h in (bad, good):
+            h.push_text([20])
+            h.end_text()
+        with pytest.raises(InvalidArgument) as caught:
+            await asyncio.wait_for(bad.next(), 30)
+        _, done = await _drain(good)
+        return caught.value, done
+
+    err, done = asyncio.run(run())
+    assert "assistant" in err.message and done.num_frames > 0
+
+
+def test_a_dead_engine_fails_every_stream(engine: SpeechEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(states: object) -> torch.Tensor:
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(engine.runner, "step", broken)
+
+    async def run() -> None:
+        handle = engine.submit(_input())
+        handle.push_text([20, 21])
+        with pytest.raises(Unavailable, match="device lost"):
+            await asyncio.wait_for(handle.next(), 30)
+        with pytest.raises(Unavailable, match="has failed"):
+            await asyncio.wait_for(engine.submit(_input()).next(), 30)
+
+    asyncio.run(run())
+    assert engine.failure is not None
