@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.integration.media_files import png, wav
 Path("/tmp/a.png").write_bytes(png()); Path("/tmp/a.wav").write_bytes(wav())
 PY
-for args in "Hello" "--image /tmp/a.png What is this?" "--audio /tmp/a.wav Transcribe"; do
+for args in "Hello" "--image /tmp/a.png Describe" "--audio /tmp/a.wav Transcribe"; do
   echo "== chat $args"
   timeout 60 python3 -m gateway.cli.main chat --json --greedy --max-tokens 16 $args | tail -3
 done | tee "$OUT/mesh_chats.log"
