@@ -4,7 +4,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from omnimesh.v1 import omni_pb2
+from omnimesh.v1 import common_pb2, omni_pb2
 from runtime.config import SamplingDefaults
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.errors import InvalidArgument
@@ -37,6 +37,7 @@ class ChatInput:
     voice: str
     return_codes: bool
     use_audio_in_video: bool
+    speech_sampling: common_pb2.SamplingParams | None = None  # validated by the talker, which owns its defaults
 
     @property
     def media(self) -> list[MediaBytes]:
@@ -60,6 +61,7 @@ def chat_input_from_pb(req: omni_pb2.ChatRequest, defaults: SamplingDefaults) ->
         voice=req.voice,
         return_codes=req.return_codes,
         use_audio_in_video=req.use_audio_in_video,
+        speech_sampling=req.speech_sampling if req.HasField("speech_sampling") else None,
     )
 
 

@@ -87,7 +87,8 @@ class OmniService:
                                        timeout=timeout)
         if chat.want_audio:
             assert self.talker is not None
-            setup = SpeakSetup(chat.request_id, chat.voice.lower(), prompt.ids, spans, chat.return_codes)
+            setup = SpeakSetup(chat.request_id, chat.voice.lower(), prompt.ids, spans, chat.return_codes,
+                               chat.speech_sampling)
             stream = speak_along(stream, self.talker, setup, self.metrics, t0, timeout)
         last = None
         m = self.metrics

@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("text", help="the user message")
     p.add_argument("--addr", default="127.0.0.1:50051", help="gateway address (default 127.0.0.1:50051)")
     p.add_argument("--system", default=None, help="a system message before the user message")
-    p.add_argument("--greedy", action="store_true", help="temperature 0")
+    p.add_argument("--greedy", action="store_true", help="temperature 0 for the text and the speech")
     p.add_argument("--temperature", type=float)
     p.add_argument("--top-p", type=float)
     p.add_argument("--top-k", type=int)
@@ -37,6 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--use-audio-in-video", action="store_true", help="also hear each video's sound track")
     p.add_argument("--speak", type=Path, help="ask for speech and write it to this WAV file")
     p.add_argument("--voice", default="", help="voice of the speech (e.g. ethan, chelsie, aiden)")
+    p.add_argument("--speech-temperature", type=float, help="sampling temperature of the speech (default 0.9)")
+    p.add_argument("--speech-seed", type=int, help="seed of the speech sampling")
     p.add_argument("--codes", action="store_true", help="also return codec codes (with --json)")
     p.add_argument("--api-key", default=None, help="sent as `authorization: Bearer <key>`")
     p.add_argument("--timeout", type=float, default=None, help="deadline in seconds")
@@ -64,8 +66,15 @@ def build_request(args: argparse.Namespace) -> omni_pb2.ChatRequest:
         messages.append(omni_pb2.Message(role="system", content=[omni_pb2.ContentPart(text=args.system)]))
     messages.append(omni_pb2.Message(role="user", content=content))
     modalities = [omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if args.speak else [])
-    return omni_pb2.ChatRequest(messages=messages, sampling=sampling, output_modalities=modalities, voice=args.voice,
-                                return_codes=args.codes, use_audio_in_video=args.use_audio_in_video)
+    request = omni_pb2.ChatRequest(messages=messages, sampling=sampling, output_modalities=modalities,
+                                   voice=args.voice, return_codes=args.codes,
+                                   use_audio_in_video=args.use_audio_in_video)
+    speech_temperature = 0.0 if args.greedy else args.speech_temperature
+    if speech_temperature is not None:
+        request.speech_sampling.temperature = speech_temperature
+    if args.speech_seed is not None:
+        request.speech_sampling.seed = args.speech_seed
+    return request
 
 
 def event_json(ev: omni_pb2.ChatEvent) -> dict:

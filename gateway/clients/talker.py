@@ -23,6 +23,7 @@ class SpeakSetup:
     prompt_token_ids: list[int]
     media: list[thinker_pb2.MediaSpan]
     return_codes: bool
+    sampling: common_pb2.SamplingParams | None = None
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class TalkerClient:
         sent, busy = 0, 0.0
         msg = talker_pb2.SpeakRequest(start=talker_pb2.SpeakStart(
             request_id=setup.request_id, voice=setup.voice, prompt_token_ids=setup.prompt_token_ids,
-            media=setup.media, return_codes=setup.return_codes))
+            media=setup.media, return_codes=setup.return_codes, talker_sampling=setup.sampling))
         while True:
             sent += msg.ByteSize()
             yield msg

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from omnimesh.v1 import common_pb2 as omnimesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16omnimesh/v1/omni.proto\x12\x0bomnimesh.v1\x1a\x18omnimesh/v1/common.proto\"(\n\x05Media\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\"\x94\x01\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12#\n\x05image\x18\x02 \x01(\x0b\x32\x12.omnimesh.v1.MediaH\x00\x12#\n\x05\x61udio\x18\x03 \x01(\x0b\x32\x12.omnimesh.v1.MediaH\x00\x12#\n\x05video\x18\x04 \x01(\x0b\x32\x12.omnimesh.v1.MediaH\x00\x42\x06\n\x04part\"B\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12)\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x18.omnimesh.v1.ContentPart\"\xeb\x01\n\x0b\x43hatRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.omnimesh.v1.Message\x12-\n\x08sampling\x18\x03 \x01(\x0b\x32\x1b.omnimesh.v1.SamplingParams\x12\x30\n\x11output_modalities\x18\x04 \x03(\x0e\x32\x15.omnimesh.v1.Modality\x12\r\n\x05voice\x18\x05 \x01(\t\x12\x14\n\x0creturn_codes\x18\x06 \x01(\x08\x12\x1a\n\x12use_audio_in_video\x18\x07 \x01(\x08\"Y\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12+\n\x08logprobs\x18\x03 \x03(\x0b\x32\x19.omnimesh.v1.TokenLogprob\"8\n\x04\x44one\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.omnimesh.v1.FinishReason\"5\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05stage\x18\x03 \x01(\t\"\xe5\x01\n\tChatEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12&\n\x04text\x18\x02 \x01(\x0b\x32\x16.omnimesh.v1.TextDeltaH\x00\x12(\n\x05\x61udio\x18\x03 \x01(\x0b\x32\x17.omnimesh.v1.AudioChunkH\x00\x12#\n\x05usage\x18\x04 \x01(\x0b\x32\x12.omnimesh.v1.UsageH\x00\x12!\n\x04\x64one\x18\x05 \x01(\x0b\x32\x11.omnimesh.v1.DoneH\x00\x12#\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x12.omnimesh.v1.ErrorH\x00\x42\x07\n\x05\x65vent\"\xb7\x01\n\x08OmniInfo\x12\'\n\x07gateway\x18\x01 \x01(\x0b\x32\x16.omnimesh.v1.StageInfo\x12&\n\x06stages\x18\x02 \x03(\x0b\x32\x16.omnimesh.v1.StageInfo\x12\x18\n\x10input_modalities\x18\x03 \x03(\t\x12\x30\n\x11output_modalities\x18\x04 \x03(\x0e\x32\x15.omnimesh.v1.Modality\x12\x0e\n\x06voices\x18\x05 \x03(\t*K\n\x08Modality\x12\x18\n\x14MODALITY_UNSPECIFIED\x10\x00\x12\x11\n\rMODALITY_TEXT\x10\x01\x12\x12\n\x0eMODALITY_AUDIO\x10\x02\x32{\n\x04Omni\x12:\n\x04\x43hat\x12\x18.omnimesh.v1.ChatRequest\x1a\x16.omnimesh.v1.ChatEvent0\x01\x12\x37\n\x04Info\x12\x18.omnimesh.v1.InfoRequest\x1a\x15.omnimesh.v1.OmniInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16omnimesh/v1/omni.proto\x12\x0bomnimesh.v1\x1a\x18omnimesh/v1/common.proto\"(\n\x05Media\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\"\x94\x01\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12#\n\x05image\x18\x02 \x01(\x0b\x32\x12.omnimesh.v1.MediaH\x00\x12#\n\x05\x61udio\x18\x03 \x01(\x0b\x32\x12.omnimesh.v1.MediaH\x00\x12#\n\x05video\x18\x04 \x01(\x0b\x32\x12.omnimesh.v1.MediaH\x00\x42\x06\n\x04part\"B\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12)\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x18.omnimesh.v1.ContentPart\"\xa1\x02\n\x0b\x43hatRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.omnimesh.v1.Message\x12-\n\x08sampling\x18\x03 \x01(\x0b\x32\x1b.omnimesh.v1.SamplingParams\x12\x30\n\x11output_modalities\x18\x04 \x03(\x0e\x32\x15.omnimesh.v1.Modality\x12\r\n\x05voice\x18\x05 \x01(\t\x12\x14\n\x0creturn_codes\x18\x06 \x01(\x08\x12\x1a\n\x12use_audio_in_video\x18\x07 \x01(\x08\x12\x34\n\x0fspeech_sampling\x18\x08 \x01(\x0b\x32\x1b.omnimesh.v1.SamplingParams\"Y\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12+\n\x08logprobs\x18\x03 \x03(\x0b\x32\x19.omnimesh.v1.TokenLogprob\"8\n\x04\x44one\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.omnimesh.v1.FinishReason\"5\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05stage\x18\x03 \x01(\t\"\xe5\x01\n\tChatEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12&\n\x04text\x18\x02 \x01(\x0b\x32\x16.omnimesh.v1.TextDeltaH\x00\x12(\n\x05\x61udio\x18\x03 \x01(\x0b\x32\x17.omnimesh.v1.AudioChunkH\x00\x12#\n\x05usage\x18\x04 \x01(\x0b\x32\x12.omnimesh.v1.UsageH\x00\x12!\n\x04\x64one\x18\x05 \x01(\x0b\x32\x11.omnimesh.v1.DoneH\x00\x12#\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x12.omnimesh.v1.ErrorH\x00\x42\x07\n\x05\x65vent\"\xb7\x01\n\x08OmniInfo\x12\'\n\x07gateway\x18\x01 \x01(\x0b\x32\x16.omnimesh.v1.StageInfo\x12&\n\x06stages\x18\x02 \x03(\x0b\x32\x16.omnimesh.v1.StageInfo\x12\x18\n\x10input_modalities\x18\x03 \x03(\t\x12\x30\n\x11output_modalities\x18\x04 \x03(\x0e\x32\x15.omnimesh.v1.Modality\x12\x0e\n\x06voices\x18\x05 \x03(\t*K\n\x08Modality\x12\x18\n\x14MODALITY_UNSPECIFIED\x10\x00\x12\x11\n\rMODALITY_TEXT\x10\x01\x12\x12\n\x0eMODALITY_AUDIO\x10\x02\x32{\n\x04Omni\x12:\n\x04\x43hat\x12\x18.omnimesh.v1.ChatRequest\x1a\x16.omnimesh.v1.ChatEvent0\x01\x12\x37\n\x04Info\x12\x18.omnimesh.v1.InfoRequest\x1a\x15.omnimesh.v1.OmniInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'omnimesh.v1.omni_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MODALITY']._serialized_start=1186
-  _globals['_MODALITY']._serialized_end=1261
+  _globals['_MODALITY']._serialized_start=1240
+  _globals['_MODALITY']._serialized_end=1315
   _globals['_MEDIA']._serialized_start=65
   _globals['_MEDIA']._serialized_end=105
   _globals['_CONTENTPART']._serialized_start=108
@@ -41,17 +41,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MESSAGE']._serialized_start=258
   _globals['_MESSAGE']._serialized_end=324
   _globals['_CHATREQUEST']._serialized_start=327
-  _globals['_CHATREQUEST']._serialized_end=562
-  _globals['_TEXTDELTA']._serialized_start=564
-  _globals['_TEXTDELTA']._serialized_end=653
-  _globals['_DONE']._serialized_start=655
-  _globals['_DONE']._serialized_end=711
-  _globals['_ERROR']._serialized_start=713
-  _globals['_ERROR']._serialized_end=766
-  _globals['_CHATEVENT']._serialized_start=769
-  _globals['_CHATEVENT']._serialized_end=998
-  _globals['_OMNIINFO']._serialized_start=1001
-  _globals['_OMNIINFO']._serialized_end=1184
-  _globals['_OMNI']._serialized_start=1263
-  _globals['_OMNI']._serialized_end=1386
+  _globals['_CHATREQUEST']._serialized_end=616
+  _globals['_TEXTDELTA']._serialized_start=618
+  _globals['_TEXTDELTA']._serialized_end=707
+  _globals['_DONE']._serialized_start=709
+  _globals['_DONE']._serialized_end=765
+  _globals['_ERROR']._serialized_start=767
+  _globals['_ERROR']._serialized_end=820
+  _globals['_CHATEVENT']._serialized_start=823
+  _globals['_CHATEVENT']._serialized_end=1052
+  _globals['_OMNIINFO']._serialized_start=1055
+  _globals['_OMNIINFO']._serialized_end=1238
+  _globals['_OMNI']._serialized_start=1317
+  _globals['_OMNI']._serialized_end=1440
 # @@protoc_insertion_point(module_scope)

@@ -46,7 +46,7 @@ class Message(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
-    __slots__ = ("request_id", "messages", "sampling", "output_modalities", "voice", "return_codes", "use_audio_in_video")
+    __slots__ = ("request_id", "messages", "sampling", "output_modalities", "voice", "return_codes", "use_audio_in_video", "speech_sampling")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class ChatRequest(_message.Message):
     VOICE_FIELD_NUMBER: _ClassVar[int]
     RETURN_CODES_FIELD_NUMBER: _ClassVar[int]
     USE_AUDIO_IN_VIDEO_FIELD_NUMBER: _ClassVar[int]
+    SPEECH_SAMPLING_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     sampling: _common_pb2.SamplingParams
@@ -61,7 +62,8 @@ class ChatRequest(_message.Message):
     voice: str
     return_codes: bool
     use_audio_in_video: bool
-    def __init__(self, request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., output_modalities: _Optional[_Iterable[_Union[Modality, str]]] = ..., voice: _Optional[str] = ..., return_codes: _Optional[bool] = ..., use_audio_in_video: _Optional[bool] = ...) -> None: ...
+    speech_sampling: _common_pb2.SamplingParams
+    def __init__(self, request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., output_modalities: _Optional[_Iterable[_Union[Modality, str]]] = ..., voice: _Optional[str] = ..., return_codes: _Optional[bool] = ..., use_audio_in_video: _Optional[bool] = ..., speech_sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("text", "token_ids", "logprobs")
