@@ -75,11 +75,14 @@ class MediaPipeline:
         visual = [i for i, d in enumerate(decoded) if d.vision is not None]
         sounds = [i for i, d in enumerate(decoded) if d.samples is not None]
         out: list[EncodedMedia | None] = [None] * len(decoded)
-        async with asyncio.TaskGroup() as group:  # one failure cancels the other stage's call
-            v = group.create_task(self._vision.encode(request_id, [decoded[i].vision for i in visual],
-                                                      self._num_deepstack, timeout)) if visual else None
-            a = group.create_task(self._audio.encode(request_id, [decoded[i].samples for i in sounds], timeout)
-                                  ) if sounds else None
+        try:
+            async with asyncio.TaskGroup() as group:  # one failure cancels the other stage's call
+                v = group.create_task(self._vision.encode(request_id, [decoded[i].vision for i in visual],
+                                                          self._num_deepstack, timeout)) if visual else None
+                a = group.create_task(self._audio.encode(request_id, [decoded[i].samples for i in sounds],
+                                                         timeout)) if sounds else None
+        except BaseExceptionGroup as group_error:  # the client sees the stage's own error, not a group of them
+            raise group_error.exceptions[0] from None
         for i, item in zip(visual, v.result() if v else []):
             out[i] = EncodedMedia(item.merged, item.deepstack)
         for i, emb in zip(sounds, a.result() if a else []):

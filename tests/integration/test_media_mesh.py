@@ -144,3 +144,61 @@ def test_concurrent_images_of_different_sizes_batch_in_the_vision_stage(media_me
                - metric_value(before, "omnimesh_encoder_items_per_batch_count"))
     assert items == len(sizes)
     assert batches < items  # at least two requests shared one forward
+
+
+def gateway_addr_of(mesh: Proc) -> str:
+    return f"127.0.0.1:{mesh.ports['gateway']['grpc_port']}"
+
+
+BAD_MEDIA = {
+    "undecodable image": ("image", b"definitely not a picture", "messages[0].content[0].image"),
+    "truncated png": ("image", png()[:60], "messages[0].content[0].image"),
+    "undecodable audio": ("audio", b"RIFF....WAVEfmt nonsense", "messages[0].content[0].audio"),
+    "undecodable video": ("video", b"\x00\x00\x00\x18ftypmp42 garbage", "messages[0].content[0].video"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MEDIA))
+def test_bad_media_is_invalid_argument_naming_the_part(media_mesh: Proc, case: str) -> None:
+    import asyncio
+
+    import grpc
+
+    from omnimesh.v1 import omni_pb2
+    from tests.integration.client import chat_error
+    from tests.integration.test_gateway_errors import violations
+
+    kind, data, field = BAD_MEDIA[case]
+    part = omni_pb2.ContentPart(**{kind: omni_pb2.Media(data=data)})
+    req = omni_pb2.ChatRequest(messages=[omni_pb2.Message(role="user", content=[part, omni_pb2.ContentPart(text="?")])])
+    err = asyncio.run(chat_error(gateway_addr_of(media_mesh), req))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violations(err) == [field]
+
+
+@pytest.mark.parametrize("stage,kind,data", [("vision", "image", png()), ("audio", "audio", wav(0.5))])
+def test_encoder_stage_down_is_unavailable(media_mesh: Proc, demo_ckpt: Path, stage: str, kind: str,
+                                           data: bytes) -> None:
+    import asyncio
+
+    import grpc
+
+    from omnimesh.v1 import omni_pb2
+    from runtime.server import READY_PREFIX
+    from tests.integration.client import chat_error
+    from tests.integration.conftest import python_module
+    from tests.integration.test_gateway_errors import free_port
+
+    thinker = f"127.0.0.1:{media_mesh.ports['thinker']['grpc_port']}"
+    gw = start(python_module("gateway", "--model", str(demo_ckpt), "--port", "0", "--metrics-port", "-1",
+                             "--thinker-addr", thinker, f"--{stage}-addr", f"127.0.0.1:{free_port()}"),
+               READY_PREFIX, timeout=60)
+    try:
+        part = omni_pb2.ContentPart(**{kind: omni_pb2.Media(data=data)})
+        req = omni_pb2.ChatRequest(messages=[omni_pb2.Message(role="user", content=[part])])
+        err = asyncio.run(chat_error(f"127.0.0.1:{gw.ports['grpc_port']}", req))
+        assert err.code() == grpc.StatusCode.UNAVAILABLE
+        assert stage in err.details()
+    finally:
+        assert gw.stop() == 0
+    assert metric_value(scrape(media_mesh.ports["thinker"]["metrics_port"]), "omnimesh_requests_running") == 0
