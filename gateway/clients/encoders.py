@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import grpc
 import torch
 
-from omnimesh.v1 import audio_pb2, audio_pb2_grpc, common_pb2, vision_pb2, vision_pb2_grpc
+from omnimesh.v1 import audio_pb2, audio_pb2_grpc, vision_pb2, vision_pb2_grpc
 from runtime.errors import InvalidArgument
 from runtime.metrics import Metrics
 from runtime.tensor_codec import TensorAssembler, encode_tensor
@@ -84,16 +84,11 @@ class VisionClient:
         except KeyError as missing:
             raise InvalidArgument("vision.embeddings", f"vision stage did not return {missing}") from None
 
-    async def _requests(self, request_id: str, items: list[VisionItemInput]) -> AsyncIterator[vision_pb2.VisionRequest]:
-        t0, sent = time.perf_counter(), 0
+    def _requests(self, request_id: str, items: list[VisionItemInput]) -> AsyncIterator[vision_pb2.VisionRequest]:
         start = vision_pb2.VisionRequest(start=vision_pb2.VisionStart(request_id=request_id, items=[
             vision_pb2.VisionItem(is_video=it.is_video, grid_thw=list(it.grid_thw)) for it in items]))
-        sent += start.ByteSize()
-        yield start
-        for msg in _tensor_messages(vision_pb2.VisionRequest, "frames", "item", (it.frames for it in items)):
-            sent += msg.ByteSize()
-            yield msg
-        self._meter.sent(sent, time.perf_counter() - t0)
+        frames = _tensor_messages(vision_pb2.VisionRequest, "frames", "item", (it.frames for it in items))
+        return _metered([start], frames, self._meter)
 
 
 class AudioClient:
@@ -110,16 +105,22 @@ class AudioClient:
         except KeyError as missing:
             raise InvalidArgument("audio.embeddings", f"audio stage did not return {missing}") from None
 
-    async def _requests(self, request_id: str, clips: list[torch.Tensor]) -> AsyncIterator[audio_pb2.AudioRequest]:
-        t0, sent = time.perf_counter(), 0
+    def _requests(self, request_id: str, clips: list[torch.Tensor]) -> AsyncIterator[audio_pb2.AudioRequest]:
         start = audio_pb2.AudioRequest(start=audio_pb2.AudioStart(request_id=request_id,
                                                                   num_samples=[int(c.numel()) for c in clips]))
-        sent += start.ByteSize()
-        yield start
-        for msg in _tensor_messages(audio_pb2.AudioRequest, "samples", "clip", clips):
-            sent += msg.ByteSize()
-            yield msg
-        self._meter.sent(sent, time.perf_counter() - t0)
+        return _metered([start], _tensor_messages(audio_pb2.AudioRequest, "samples", "clip", clips), self._meter)
+
+
+async def _metered(head: Iterable, rest: Iterable, meter: _EdgeMeter) -> AsyncIterator:
+    """Yields a request stream, counting its bytes and seconds on the edge even when the call ends first."""
+    t0, sent = time.perf_counter(), 0
+    try:
+        for messages in (head, rest):
+            for msg in messages:
+                sent += msg.ByteSize()
+                yield msg
+    finally:
+        meter.sent(sent, time.perf_counter() - t0)
 
 
 def _tensor_messages(message_type: type, field: str, prefix: str, tensors: Iterable[torch.Tensor]) -> Iterable:
@@ -127,9 +128,3 @@ def _tensor_messages(message_type: type, field: str, prefix: str, tensors: Itera
         for chunk in encode_tensor(f"{prefix}.{i}", t):
             yield message_type(**{field: chunk})
 
-
-async def stage_info(stub_info, stage: str, timeout: float) -> common_pb2.StageInfo:
-    try:
-        return await stub_info(common_pb2.InfoRequest(), timeout=timeout, wait_for_ready=True)
-    except grpc.aio.AioRpcError as err:
-        raise stage_error(stage, err) from None

@@ -91,24 +91,26 @@ class TalkerClient:
         msg = talker_pb2.SpeakRequest(start=talker_pb2.SpeakStart(
             request_id=setup.request_id, voice=setup.voice, prompt_token_ids=setup.prompt_token_ids,
             media=setup.media, return_codes=setup.return_codes, talker_sampling=setup.sampling))
-        while True:
-            sent += msg.ByteSize()
-            yield msg
-            item = await feed.get()
-            t0 = time.perf_counter()
-            if item is _END:
-                yield talker_pb2.SpeakRequest(text_end=talker_pb2.TextEnd())
-                break
-            if isinstance(item, torch.Tensor):
-                chunks = list(encode_tensor("talker.media_hidden", item))
-                for chunk in chunks[:-1]:
-                    conditioning = talker_pb2.SpeakRequest(conditioning=chunk)
-                    sent += conditioning.ByteSize()
-                    yield conditioning
-                msg = talker_pb2.SpeakRequest(conditioning=chunks[-1])
-            else:
-                msg = talker_pb2.SpeakRequest(text=talker_pb2.TextTokens(token_ids=item))
-            busy += time.perf_counter() - t0
-        # thinker -> talker is relayed by the gateway: count it as that edge
-        self._metrics.get("omnimesh_edge_bytes_total", from_stage="thinker", to_stage="talker").inc(sent)
-        self._metrics.get("omnimesh_edge_seconds_total", from_stage="thinker", to_stage="talker").inc(busy)
+        try:
+            while True:
+                sent += msg.ByteSize()
+                yield msg
+                item = await feed.get()
+                t0 = time.perf_counter()
+                if item is _END:
+                    yield talker_pb2.SpeakRequest(text_end=talker_pb2.TextEnd())
+                    return
+                if isinstance(item, torch.Tensor):
+                    chunks = list(encode_tensor("talker.media_hidden", item))
+                    for chunk in chunks[:-1]:
+                        conditioning = talker_pb2.SpeakRequest(conditioning=chunk)
+                        sent += conditioning.ByteSize()
+                        yield conditioning
+                    msg = talker_pb2.SpeakRequest(conditioning=chunks[-1])
+                else:
+                    msg = talker_pb2.SpeakRequest(text=talker_pb2.TextTokens(token_ids=item))
+                busy += time.perf_counter() - t0
+        finally:  # also when the call ends first: the talker may finish before the text does
+            # thinker -> talker is relayed by the gateway: count it as that edge
+            self._metrics.get("omnimesh_edge_bytes_total", from_stage="thinker", to_stage="talker").inc(sent)
+            self._metrics.get("omnimesh_edge_seconds_total", from_stage="thinker", to_stage="talker").inc(busy)

@@ -88,13 +88,15 @@ class ThinkerClient:
             request_id=prompt.request_id, token_ids=prompt.token_ids, media=prompt.media,
             sampling=sampling_to_pb(sampling), use_audio_in_video=prompt.use_audio_in_video,
             return_talker_conditioning=want_conditioning))
-        sent += start.ByteSize()
-        yield start
-        for name, tensor in prompt.tensors.items():
-            for chunk in encode_tensor(name, tensor):
-                msg = thinker_pb2.GenerateRequest(media=chunk)
-                sent += msg.ByteSize()
-                yield msg
-        self._metrics.get("omnimesh_edge_bytes_total", from_stage="gateway", to_stage="thinker").inc(sent)
-        self._metrics.get("omnimesh_edge_seconds_total", from_stage="gateway", to_stage="thinker").inc(
-            time.perf_counter() - t0)
+        try:
+            sent += start.ByteSize()
+            yield start
+            for name, tensor in prompt.tensors.items():
+                for chunk in encode_tensor(name, tensor):
+                    msg = thinker_pb2.GenerateRequest(media=chunk)
+                    sent += msg.ByteSize()
+                    yield msg
+        finally:
+            self._metrics.get("omnimesh_edge_bytes_total", from_stage="gateway", to_stage="thinker").inc(sent)
+            self._metrics.get("omnimesh_edge_seconds_total", from_stage="gateway", to_stage="thinker").inc(
+                time.perf_counter() - t0)
