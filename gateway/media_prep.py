@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -11,28 +11,34 @@ from runtime.chat_template import MediaSpan
 from runtime.errors import Unimplemented
 from gateway.chat_input import MediaBytes
 from gateway.clients.encoders import AudioClient, VisionClient, VisionItemInput
-from gateway.media.audio import decode_audio
+from gateway.media.audio import DecodedAudio, decode_audio, extract_video_audio
 from gateway.media.vision import VisionMediaConfig, decode_image, decode_video
 
 _PB_KIND = {"image": thinker_pb2.MEDIA_KIND_IMAGE, "video": thinker_pb2.MEDIA_KIND_VIDEO,
-            "audio": thinker_pb2.MEDIA_KIND_AUDIO}
+            "audio": thinker_pb2.MEDIA_KIND_AUDIO, "audio_in_video": thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO}
 
 
 @dataclass(frozen=True)
 class DecodedMedia:
-    kind: str
+    kind: str  # image | video | audio
     field: str
-    num_tokens: int
+    num_tokens: int  # placeholders of the item itself (video tokens only, for a video with a sound track)
     content_hash: str
     vision: VisionItemInput | None = None
     second_per_grid: float = 0.0
-    samples: torch.Tensor | None = None  # audio: float32 16 kHz mono
+    samples: torch.Tensor | None = None  # audio, or the sound track of a video heard too: float32 16 kHz mono
+    track_tokens: int = 0  # audio placeholders of a video's sound track (use_audio_in_video)
+
+    @property
+    def with_track(self) -> bool:
+        return self.kind == "video" and self.samples is not None
 
 
 @dataclass(frozen=True)
 class EncodedMedia:
-    embeddings: torch.Tensor  # [tokens, hidden]
-    deepstack: list[torch.Tensor]
+    embeddings: torch.Tensor  # [tokens, hidden]: vision or audio rows
+    deepstack: list[torch.Tensor] = field(default_factory=list)
+    track: torch.Tensor | None = None  # a video's sound track: [track tokens, hidden]
 
 
 class MediaPipeline:
@@ -51,30 +57,41 @@ class MediaPipeline:
         served = {"image", "video"} if self._vision is not None else set()
         return frozenset(served | ({"audio"} if self._audio is not None else set()))
 
-    async def decode(self, media: list[MediaBytes]) -> list[DecodedMedia]:
+    async def decode(self, media: list[MediaBytes], use_audio_in_video: bool = False) -> list[DecodedMedia]:
         for m in media:
             if m.kind not in self.served_inputs:
                 raise Unimplemented(f"{m.field}: {m.kind} input is not served by this deployment (it serves "
                                     f"{', '.join(sorted(self.served_inputs)) or 'text only'})")
-        return list(await asyncio.gather(*(asyncio.to_thread(self._decode_one, m) for m in media)))
+        if use_audio_in_video and any(m.kind == "video" for m in media) and self._audio is None:
+            raise Unimplemented("use_audio_in_video: hearing a video's sound track needs the audio stage, which this "
+                                "deployment does not serve")
+        return list(await asyncio.gather(*(asyncio.to_thread(self._decode_one, m, use_audio_in_video)
+                                           for m in media)))
 
-    def _decode_one(self, m: MediaBytes) -> DecodedMedia:
+    def _decode_one(self, m: MediaBytes, use_audio_in_video: bool) -> DecodedMedia:
         if m.kind == "audio":
             a = decode_audio(m.data, m.field, self._max_audio_seconds)
-            return DecodedMedia("audio", m.field, a.token_count, a.content_hash,
-                                samples=torch.from_numpy(a.samples))
+            return DecodedMedia("audio", m.field, a.token_count, a.content_hash, samples=torch.from_numpy(a.samples))
         assert self._vision_cfg is not None
-        d = decode_image(m.data, m.field, self._vision_cfg) if m.kind == "image" else \
-            decode_video(m.data, m.field, self._vision_cfg)
+        if m.kind == "image":
+            d = decode_image(m.data, m.field, self._vision_cfg)
+            second_per_grid = 0.0
+        else:
+            d = decode_video(m.data, m.field, self._vision_cfg)
+            second_per_grid = d.second_per_grid
         item = VisionItemInput(torch.from_numpy(d.frames), (d.grid.t, d.grid.h, d.grid.w), m.kind == "video")
-        return DecodedMedia(m.kind, m.field, d.num_tokens, d.content_hash, item,
-                            getattr(d, "second_per_grid", 0.0))
+        track: DecodedAudio | None = None
+        if m.kind == "video" and use_audio_in_video:
+            track = extract_video_audio(m.data, m.field, self._max_audio_seconds)  # None: a silent video
+        if track is None:
+            return DecodedMedia(m.kind, m.field, d.num_tokens, d.content_hash, item, second_per_grid)
+        return DecodedMedia(m.kind, m.field, d.num_tokens, f"{d.content_hash}+{track.content_hash}", item,
+                            second_per_grid, torch.from_numpy(track.samples), track.token_count)
 
     async def encode(self, request_id: str, decoded: list[DecodedMedia], timeout: float | None) -> list[EncodedMedia]:
         """Every item's embeddings, in request order; vision and audio stages run at once."""
         visual = [i for i, d in enumerate(decoded) if d.vision is not None]
         sounds = [i for i, d in enumerate(decoded) if d.samples is not None]
-        out: list[EncodedMedia | None] = [None] * len(decoded)
         try:
             async with asyncio.TaskGroup() as group:  # one failure cancels the other stage's call
                 v = group.create_task(self._vision.encode(request_id, [decoded[i].vision for i in visual],
@@ -83,11 +100,15 @@ class MediaPipeline:
                                                          timeout)) if sounds else None
         except BaseExceptionGroup as group_error:  # the client sees the stage's own error, not a group of them
             raise group_error.exceptions[0] from None
-        for i, item in zip(visual, v.result() if v else []):
-            out[i] = EncodedMedia(item.merged, item.deepstack)
-        for i, emb in zip(sounds, a.result() if a else []):
-            out[i] = EncodedMedia(emb, [])
-        return [o for o in out if o is not None]
+        vision_out = dict(zip(visual, v.result() if v else []))
+        audio_out = dict(zip(sounds, a.result() if a else []))
+        out = []
+        for i, d in enumerate(decoded):
+            if d.vision is None:
+                out.append(EncodedMedia(audio_out[i]))
+            else:
+                out.append(EncodedMedia(vision_out[i].merged, vision_out[i].deepstack, audio_out.get(i)))
+        return out
 
 
 def thinker_media(spans: list[MediaSpan], decoded: list[DecodedMedia], encoded: list[EncodedMedia]
@@ -96,10 +117,13 @@ def thinker_media(spans: list[MediaSpan], decoded: list[DecodedMedia], encoded: 
     pbs, tensors = [], {}
     for span in spans:
         d, e = decoded[span.index], encoded[span.index]
-        pbs.append(thinker_pb2.MediaSpan(kind=_PB_KIND[d.kind], offset=span.start, length=span.length,
+        pbs.append(thinker_pb2.MediaSpan(kind=_PB_KIND[span.kind], offset=span.start, length=span.length,
                                          grid_thw=list(d.vision.grid_thw) if d.vision else [],
-                                         second_per_grid=d.second_per_grid, content_hash=d.content_hash))
+                                         second_per_grid=d.second_per_grid, content_hash=d.content_hash,
+                                         audio_length=d.track_tokens))
         tensors[f"media.{span.index}.embeddings"] = e.embeddings
         for k, level in enumerate(e.deepstack):
             tensors[f"media.{span.index}.deepstack.{k}"] = level
+        if e.track is not None:
+            tensors[f"media.{span.index}.audio_embeddings"] = e.track
     return pbs, tensors

@@ -74,8 +74,8 @@ class OmniService:
         self.check_served(chat)
         if chat.want_audio and chat.voice and chat.voice.lower() not in (voices := await self.voices()):
             raise InvalidArgument("voice", f"unknown voice {chat.voice!r}; this deployment speaks {', '.join(voices)}")
-        decoded = await self.media.decode(chat.media)
-        prompt = self.prompts.build(chat, media_token_counts=[d.num_tokens for d in decoded])
+        decoded = await self.media.decode(chat.media, chat.use_audio_in_video)
+        prompt = self.prompts.build(chat, decoded)
         context_len = await self.max_model_len()
         if len(prompt.ids) >= context_len:
             raise InvalidArgument("messages", f"the prompt is {len(prompt.ids)} tokens; the model's context is "

@@ -47,6 +47,10 @@ class EngineConfig:
     max_model_len: int = 0  # 0: the checkpoint's max_position_embeddings
     token_flush_ms: float = 15.0  # coalesce token deltas on a stream (ops-notes.md: ~40 us per message)
     enable_prefix_cache: bool = True  # reuse the KV of full blocks whose tokens and media match an earlier prompt
+    # CUDA graphs (GPU kernel path only): a step whose shape fits a bucket replays a graph captured at start.
+    cuda_graphs: bool = True
+    decode_batch_buckets: tuple[int, ...] = ()  # rows of decode-only steps; () = 1, 2, 4, ... and max_num_seqs
+    prefill_token_buckets: tuple[int, ...] = ()  # tokens of prefill/mixed steps, each <= max_batch_tokens; () = none
 
     def __post_init__(self) -> None:
         _check(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, "use a value >= 1")
@@ -57,6 +61,26 @@ class EngineConfig:
         _check(self.kv_cache_bytes > 0, "kv_cache_bytes", self.kv_cache_bytes, "use a positive byte count")
         _check(self.max_model_len >= 0, "max_model_len", self.max_model_len, "use 0 (checkpoint) or a positive length")
         _check(self.token_flush_ms >= 0, "token_flush_ms", self.token_flush_ms, "use a value >= 0")
+        for name in ("decode_batch_buckets", "prefill_token_buckets"):
+            ladder = getattr(self, name)
+            _check(all(isinstance(v, int) and v >= 1 for v in ladder) and list(ladder) == sorted(set(ladder)),
+                   name, ladder, "use positive integers in strictly increasing order")
+        for rows in self.decode_batch_buckets:
+            _check(rows <= self.max_num_seqs, "decode_batch_buckets", self.decode_batch_buckets,
+                   f"bucket {rows} exceeds max_num_seqs ({self.max_num_seqs}): a step never holds more rows, so "
+                   "its graph could never be replayed; drop it or raise max_num_seqs")
+        for tokens in self.prefill_token_buckets:
+            _check(tokens <= self.max_batch_tokens, "prefill_token_buckets", self.prefill_token_buckets,
+                   f"rung {tokens} exceeds max_batch_tokens ({self.max_batch_tokens}): the step budget never "
+                   "reaches it, so its graph could never be replayed; drop it or raise max_batch_tokens")
+
+    @property
+    def graph_decode_buckets(self) -> tuple[int, ...]:
+        """The decode buckets to capture: the configured ones, else powers of two up to max_num_seqs and it."""
+        if self.decode_batch_buckets:
+            return self.decode_batch_buckets
+        powers = [1 << i for i in range(self.max_num_seqs.bit_length()) if 1 << i < self.max_num_seqs]
+        return (*powers, self.max_num_seqs)
 
 
 @dataclass(frozen=True)

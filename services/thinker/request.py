@@ -18,14 +18,23 @@ class MediaInput:
     content_hash: str
     embeddings: torch.Tensor  # [length, H]
     deepstack: list[torch.Tensor] = field(default_factory=list)  # vision only: each [length, H]
+    visual_mask: tuple[bool, ...] | None = None  # audio-in-video: which rows are video (deepstack goes there only)
 
     @property
     def end(self) -> int:
         return self.offset + self.length
 
     @property
-    def is_visual(self) -> bool:
-        return self.kind in ("image", "video")
+    def num_audio_rows(self) -> int:
+        if self.kind == "audio":
+            return self.length
+        return 0 if self.visual_mask is None else self.visual_mask.count(False)
+
+    def is_visual_row(self, row: int) -> bool:
+        """Whether span row `row` is an image or video token (those get deepstack features)."""
+        if self.kind == "audio":
+            return False
+        return self.visual_mask is None or self.visual_mask[row]
 
 
 @dataclass

@@ -87,7 +87,7 @@ class ThinkerRunner:
                     packed_row = base + i - start
                     p.media_rows.append(packed_row)
                     p.media_values.append(m.embeddings[i - m.offset])
-                    if m.is_visual and m.deepstack:
+                    if m.deepstack and m.is_visual_row(i - m.offset):
                         p.visual_rows.append(packed_row)
                         for level in range(num_levels):
                             p.visual_values[level].append(m.deepstack[level][i - m.offset])

@@ -15,7 +15,7 @@ from services.thinker.request import MediaInput, ThinkerRequest
 from services.thinker.service import ConditioningOut, FinishedOut, GenerateInput, TokensOut
 
 _KINDS = {thinker_pb2.MEDIA_KIND_IMAGE: "image", thinker_pb2.MEDIA_KIND_VIDEO: "video",
-          thinker_pb2.MEDIA_KIND_AUDIO: "audio"}
+          thinker_pb2.MEDIA_KIND_AUDIO: "audio", thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO: "audio_in_video"}
 FINISH_TO_PB = {"stop": common_pb2.FINISH_REASON_STOP, "length": common_pb2.FINISH_REASON_LENGTH,
                 "cancelled": common_pb2.FINISH_REASON_CANCELLED}
 
@@ -35,9 +35,9 @@ async def read_generate_input(requests: AsyncIterator[thinker_pb2.GenerateReques
         raise InvalidArgument("start.token_ids", f"holds {bad}, outside the vocabulary [0, {cfg.vocab_size})")
     spans = [_check_span(i, s, ids, cfg) for i, s in enumerate(start.media)]
     tensors = await _read_media(requests, len(spans))
-    media = [_media_input(i, s, tensors, cfg) for i, s in enumerate(spans)]
-    grids = [MediaSpanGrid(MediaKind(m.kind), tuple(m.grid_thw) or None, m.second_per_grid,
-                           m.length if m.kind == "audio" else 0) for m in media]
+    media = [_media_input(i, s, ids, tensors, cfg) for i, s in enumerate(spans)]
+    grids = [MediaSpanGrid(MediaKind(m.kind), tuple(m.grid_thw) or None, m.second_per_grid, m.num_audio_rows)
+             for m in media]
     positions = prompt_positions(ids, grids, cfg)
     sampling = resolve_sampling(start.sampling, defaults, "start.sampling", max_tokens_cap=max_model_len - len(ids))
     request = ThinkerRequest(positions.positions, positions.rope_delta, media,
@@ -49,13 +49,22 @@ def _check_span(i: int, span: thinker_pb2.MediaSpan, ids: list[int], cfg: Thinke
     field = f"start.media[{i}]"
     kind = _KINDS.get(span.kind)
     if kind is None:
-        raise InvalidArgument(f"{field}.kind", "must be IMAGE, VIDEO or AUDIO")
+        raise InvalidArgument(f"{field}.kind", "must be IMAGE, VIDEO, AUDIO or AUDIO_IN_VIDEO")
     if span.length == 0 or span.offset + span.length > len(ids):
         raise InvalidArgument(field, f"span [{span.offset}, {span.offset + span.length}) is empty or past the "
                               f"prompt's {len(ids)} tokens")
-    pad = {"image": cfg.image_token_id, "video": cfg.video_token_id, "audio": cfg.audio_token_id}[kind]
-    if any(t != pad for t in ids[span.offset:span.offset + span.length]):
-        raise InvalidArgument(field, f"span must cover only {kind} placeholder tokens (id {pad})")
+    body = ids[span.offset:span.offset + span.length]
+    if kind == "audio_in_video":
+        if set(body) - {cfg.video_token_id, cfg.audio_token_id}:
+            raise InvalidArgument(field, f"an audio-in-video span covers only video ({cfg.video_token_id}) and "
+                                  f"audio ({cfg.audio_token_id}) placeholders")
+        if body.count(cfg.audio_token_id) != span.audio_length or span.audio_length == 0:
+            raise InvalidArgument(f"{field}.audio_length", f"is {span.audio_length}; the span holds "
+                                  f"{body.count(cfg.audio_token_id)} audio placeholders (at least one)")
+    else:
+        pad = {"image": cfg.image_token_id, "video": cfg.video_token_id, "audio": cfg.audio_token_id}[kind]
+        if any(t != pad for t in body):
+            raise InvalidArgument(field, f"span must cover only {kind} placeholder tokens (id {pad})")
     if kind != "audio" and len(span.grid_thw) != 3:
         raise InvalidArgument(f"{field}.grid_thw", f"must hold (t, h, w) for {kind} spans")
     return span
@@ -75,17 +84,31 @@ async def _read_media(requests: AsyncIterator[thinker_pb2.GenerateRequest], num_
     return tensors
 
 
-def _media_input(i: int, span: thinker_pb2.MediaSpan, tensors: dict[str, torch.Tensor],
+def _media_input(i: int, span: thinker_pb2.MediaSpan, ids: list[int], tensors: dict[str, torch.Tensor],
                  cfg: ThinkerConfig) -> MediaInput:
     kind = _KINDS[span.kind]
-    name = f"media.{i}.embeddings"
-    emb = _expect(tensors, name, (span.length, cfg.hidden_size))
+    hidden = cfg.hidden_size
+    if kind != "audio_in_video":
+        emb = _expect(tensors, f"media.{i}.embeddings", (span.length, hidden))
+        deepstack = [] if kind == "audio" else [
+            _expect(tensors, f"media.{i}.deepstack.{k}", (span.length, hidden)).float() for k in range(cfg.num_deepstack)]
+        return MediaInput(kind, span.offset, span.length, tuple(span.grid_thw), span.second_per_grid,
+                          span.content_hash, emb.float(), deepstack)
+    # Interleaved: video rows take the vision embeddings (and deepstack) in order, audio rows the sound track's.
+    body = ids[span.offset:span.offset + span.length]
+    is_video = torch.tensor([t == cfg.video_token_id for t in body])
+    num_video = int(is_video.sum())
+    video = _expect(tensors, f"media.{i}.embeddings", (num_video, hidden)).float()
+    audio = _expect(tensors, f"media.{i}.audio_embeddings", (span.audio_length, hidden)).float()
+    emb = torch.empty(span.length, hidden)
+    emb[is_video], emb[~is_video] = video, audio
     deepstack = []
-    if kind != "audio":
-        deepstack = [_expect(tensors, f"media.{i}.deepstack.{k}", (span.length, cfg.hidden_size))
-                     for k in range(cfg.num_deepstack)]
-    return MediaInput(kind, span.offset, span.length, tuple(span.grid_thw), span.second_per_grid,
-                      span.content_hash, emb.float(), [d.float() for d in deepstack])
+    for k in range(cfg.num_deepstack):
+        level = torch.zeros(span.length, hidden)
+        level[is_video] = _expect(tensors, f"media.{i}.deepstack.{k}", (num_video, hidden)).float()
+        deepstack.append(level)
+    return MediaInput(kind, span.offset, span.length, tuple(span.grid_thw), span.second_per_grid, span.content_hash,
+                      emb, deepstack, visual_mask=tuple(bool(v) for v in is_video.tolist()))
 
 
 def _expect(tensors: dict[str, torch.Tensor], name: str, shape: tuple[int, int]) -> torch.Tensor:

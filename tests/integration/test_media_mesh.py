@@ -202,3 +202,59 @@ def test_encoder_stage_down_is_unavailable(media_mesh: Proc, demo_ckpt: Path, st
     finally:
         assert gw.stop() == 0
     assert metric_value(scrape(media_mesh.ports["thinker"]["metrics_port"]), "omnimesh_requests_running") == 0
+
+
+def reference_interleaved_ids(tokenizer, text: str, grid: torch.Tensor, second_per_grid: float,
+                              num_audio: int) -> torch.Tensor:
+    """The prompt as transformers' own processor lays out a video heard with its sound track."""
+    from types import SimpleNamespace
+
+    from transformers.models.qwen3_omni_moe.processing_qwen3_omni_moe import Qwen3OmniMoeProcessor
+
+    fake = SimpleNamespace(audio_bos_token="<|audio_start|>", audio_eos_token="<|audio_end|>",
+                           video_token="<|video_pad|>", audio_token="<|audio_pad|>",
+                           video_processor=SimpleNamespace(merge_size=2))
+    body = Qwen3OmniMoeProcessor.replace_video_with_audio_token(
+        fake, {"video_grid_thw": grid, "video_second_per_grid": [second_per_grid]}, 0,
+        {"num_audio_tokens": [num_audio]}, 0, position_id_per_seconds=13)
+    content = [{"type": "video"}, {"type": "text", "text": text}]
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
+                                             tokenize=False)
+    rendered = rendered.replace("<|video_pad|>", body, 1)
+    return torch.tensor([tokenizer(rendered, add_special_tokens=False)["input_ids"]])
+
+
+def test_video_heard_with_its_sound_track_equals_transformers(media_mesh: Proc, hf_omni, demo_ckpt: Path,
+                                                               tmp_path: Path) -> None:
+    from transformers import AutoTokenizer, WhisperFeatureExtractor
+
+    from gateway.media.audio import extract_video_audio
+    from gateway.media.vision import VisionMediaConfig, decode_video
+    from tests.integration.media_files import mp4_with_sound
+
+    data = mp4_with_sound()
+    (tmp_path / "v.mp4").write_bytes(data)
+    flags = ["--use-audio-in-video"]
+    out = subprocess.run([OMNIMESH, "chat", "--addr", gateway_addr_of(media_mesh), "--json", "--greedy",
+                          "--max-tokens", str(MAX_NEW), "--video", str(tmp_path / "v.mp4"), *flags, "What happens?"],
+                         capture_output=True, text=True, timeout=120)
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    assert out.returncode == 0, events
+    ours = [t for e in events if e["type"] == "text" for t in e["token_ids"]]
+
+    processing = VisionProcessingConfig.from_checkpoint(demo_ckpt)
+    video = decode_video(data, "video", VisionMediaConfig.from_processing(processing))
+    track = extract_video_audio(data, "video")
+    pixels = reference_video_pixel_values(torch.from_numpy(np.ascontiguousarray(video.frames)), processing)
+    grid = torch.tensor([[video.grid.t, video.grid.h, video.grid.w]])
+    feats = WhisperFeatureExtractor.from_pretrained(demo_ckpt)(
+        [track.samples], sampling_rate=16_000, padding=True, truncation=False, return_attention_mask=True,
+        return_tensors="pt")
+    tok = AutoTokenizer.from_pretrained(demo_ckpt)
+    ids = reference_interleaved_ids(tok, "What happens?", grid, video.second_per_grid, track.token_count)
+    assert events[-2]["prompt_tokens"] == ids.shape[1]
+    ref, gaps = reference(hf_omni, ids, pixel_values_videos=pixels, video_grid_thw=grid,
+                          video_second_per_grid=torch.tensor([video.second_per_grid]),
+                          input_features=feats["input_features"], feature_attention_mask=feats["attention_mask"],
+                          use_audio_in_video=True)
+    assert_equal_but_near_ties(ours, ref, gaps)

@@ -26,6 +26,12 @@ def image_prompt() -> list[int]:
     return [151644, 872, 198, 151652, *[IMAGE_PAD] * 4, 151653, 151645, 198, 151644, 77091, 198]
 
 
+def audio_in_video_prompt() -> list[int]:
+    """<|vision_start|><|audio_start|> V A V A V V <|audio_end|><|vision_end|> in a user turn."""
+    body = [151656, 151675, 151656, 151675, 151656, 151656]
+    return [151644, 872, 198, 151652, 151669, *body, 151670, 151653, 151645, 198, 151644, 77091, 198]
+
+
 IMAGE_SPAN = thinker_pb2.MediaSpan(kind=thinker_pb2.MEDIA_KIND_IMAGE, offset=4, length=4, grid_thw=[1, 4, 4])
 
 
@@ -59,6 +65,12 @@ CASES = {
                                 data=b"\0" * 16, chunk_index=0, chunk_count=2))],
     "start.sampling.top_p": [start(sampling=common_pb2.SamplingParams(top_p=0))],
     "start.token_ids  ": [start(token_ids=[9707] * 1024)],
+    "start.media[0].audio_length": [start(token_ids=audio_in_video_prompt(), media=[thinker_pb2.MediaSpan(
+        kind=thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO, offset=5, length=6, grid_thw=[2, 2, 2], second_per_grid=1.0,
+        audio_length=3)])],
+    "start.media[0]  ": [start(token_ids=audio_in_video_prompt(), media=[thinker_pb2.MediaSpan(
+        kind=thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO, offset=4, length=6, grid_thw=[2, 2, 2], second_per_grid=1.0,
+        audio_length=2)])],
 }
 
 

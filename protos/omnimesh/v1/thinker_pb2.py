@@ -25,27 +25,27 @@ _sym_db = _symbol_database.Default()
 from omnimesh.v1 import common_pb2 as omnimesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19omnimesh/v1/thinker.proto\x12\x0bomnimesh.v1\x1a\x18omnimesh/v1/common.proto\"\x92\x01\n\tMediaSpan\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.omnimesh.v1.MediaKind\x12\x0e\n\x06offset\x18\x02 \x01(\r\x12\x0e\n\x06length\x18\x03 \x01(\r\x12\x10\n\x08grid_thw\x18\x04 \x03(\r\x12\x17\n\x0fsecond_per_grid\x18\x05 \x01(\x02\x12\x14\n\x0c\x63ontent_hash\x18\x06 \x01(\t\"\xcc\x01\n\rGenerateStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12%\n\x05media\x18\x03 \x03(\x0b\x32\x16.omnimesh.v1.MediaSpan\x12-\n\x08sampling\x18\x04 \x01(\x0b\x32\x1b.omnimesh.v1.SamplingParams\x12\x1a\n\x12use_audio_in_video\x18\x05 \x01(\x08\x12\"\n\x1areturn_talker_conditioning\x18\x06 \x01(\x08\"k\n\x0fGenerateRequest\x12+\n\x05start\x18\x01 \x01(\x0b\x32\x1a.omnimesh.v1.GenerateStartH\x00\x12$\n\x05media\x18\x02 \x01(\x0b\x32\x13.omnimesh.v1.TensorH\x00\x42\x05\n\x03msg\"Z\n\nTokenBatch\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12+\n\x08logprobs\x18\x03 \x03(\x0b\x32\x19.omnimesh.v1.TokenLogprob\"\x8e\x01\n\x10GenerateFinished\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.omnimesh.v1.FinishReason\x12!\n\x05usage\x18\x02 \x01(\x0b\x32\x12.omnimesh.v1.Usage\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.omnimesh.v1.Timings\"\xab\x01\n\x10GenerateResponse\x12)\n\x06tokens\x18\x01 \x01(\x0b\x32\x17.omnimesh.v1.TokenBatchH\x00\x12\x32\n\x13talker_conditioning\x18\x02 \x01(\x0b\x32\x13.omnimesh.v1.TensorH\x00\x12\x31\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x1d.omnimesh.v1.GenerateFinishedH\x00\x42\x05\n\x03msg*i\n\tMediaKind\x12\x1a\n\x16MEDIA_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10MEDIA_KIND_IMAGE\x10\x01\x12\x14\n\x10MEDIA_KIND_VIDEO\x10\x02\x12\x14\n\x10MEDIA_KIND_AUDIO\x10\x03\x32\x90\x01\n\x07Thinker\x12K\n\x08Generate\x12\x1c.omnimesh.v1.GenerateRequest\x1a\x1d.omnimesh.v1.GenerateResponse(\x01\x30\x01\x12\x38\n\x04Info\x12\x18.omnimesh.v1.InfoRequest\x1a\x16.omnimesh.v1.StageInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19omnimesh/v1/thinker.proto\x12\x0bomnimesh.v1\x1a\x18omnimesh/v1/common.proto\"\xa8\x01\n\tMediaSpan\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.omnimesh.v1.MediaKind\x12\x0e\n\x06offset\x18\x02 \x01(\r\x12\x0e\n\x06length\x18\x03 \x01(\r\x12\x10\n\x08grid_thw\x18\x04 \x03(\r\x12\x17\n\x0fsecond_per_grid\x18\x05 \x01(\x02\x12\x14\n\x0c\x63ontent_hash\x18\x06 \x01(\t\x12\x14\n\x0c\x61udio_length\x18\x07 \x01(\r\"\xcc\x01\n\rGenerateStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12%\n\x05media\x18\x03 \x03(\x0b\x32\x16.omnimesh.v1.MediaSpan\x12-\n\x08sampling\x18\x04 \x01(\x0b\x32\x1b.omnimesh.v1.SamplingParams\x12\x1a\n\x12use_audio_in_video\x18\x05 \x01(\x08\x12\"\n\x1areturn_talker_conditioning\x18\x06 \x01(\x08\"k\n\x0fGenerateRequest\x12+\n\x05start\x18\x01 \x01(\x0b\x32\x1a.omnimesh.v1.GenerateStartH\x00\x12$\n\x05media\x18\x02 \x01(\x0b\x32\x13.omnimesh.v1.TensorH\x00\x42\x05\n\x03msg\"Z\n\nTokenBatch\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12+\n\x08logprobs\x18\x03 \x03(\x0b\x32\x19.omnimesh.v1.TokenLogprob\"\x8e\x01\n\x10GenerateFinished\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.omnimesh.v1.FinishReason\x12!\n\x05usage\x18\x02 \x01(\x0b\x32\x12.omnimesh.v1.Usage\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.omnimesh.v1.Timings\"\xab\x01\n\x10GenerateResponse\x12)\n\x06tokens\x18\x01 \x01(\x0b\x32\x17.omnimesh.v1.TokenBatchH\x00\x12\x32\n\x13talker_conditioning\x18\x02 \x01(\x0b\x32\x13.omnimesh.v1.TensorH\x00\x12\x31\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x1d.omnimesh.v1.GenerateFinishedH\x00\x42\x05\n\x03msg*\x88\x01\n\tMediaKind\x12\x1a\n\x16MEDIA_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10MEDIA_KIND_IMAGE\x10\x01\x12\x14\n\x10MEDIA_KIND_VIDEO\x10\x02\x12\x14\n\x10MEDIA_KIND_AUDIO\x10\x03\x12\x1d\n\x19MEDIA_KIND_AUDIO_IN_VIDEO\x10\x04\x32\x90\x01\n\x07Thinker\x12K\n\x08Generate\x12\x1c.omnimesh.v1.GenerateRequest\x1a\x1d.omnimesh.v1.GenerateResponse(\x01\x30\x01\x12\x38\n\x04Info\x12\x18.omnimesh.v1.InfoRequest\x1a\x16.omnimesh.v1.StageInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'omnimesh.v1.thinker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MEDIAKIND']._serialized_start=944
-  _globals['_MEDIAKIND']._serialized_end=1049
+  _globals['_MEDIAKIND']._serialized_start=967
+  _globals['_MEDIAKIND']._serialized_end=1103
   _globals['_MEDIASPAN']._serialized_start=69
-  _globals['_MEDIASPAN']._serialized_end=215
-  _globals['_GENERATESTART']._serialized_start=218
-  _globals['_GENERATESTART']._serialized_end=422
-  _globals['_GENERATEREQUEST']._serialized_start=424
-  _globals['_GENERATEREQUEST']._serialized_end=531
-  _globals['_TOKENBATCH']._serialized_start=533
-  _globals['_TOKENBATCH']._serialized_end=623
-  _globals['_GENERATEFINISHED']._serialized_start=626
-  _globals['_GENERATEFINISHED']._serialized_end=768
-  _globals['_GENERATERESPONSE']._serialized_start=771
-  _globals['_GENERATERESPONSE']._serialized_end=942
-  _globals['_THINKER']._serialized_start=1052
-  _globals['_THINKER']._serialized_end=1196
+  _globals['_MEDIASPAN']._serialized_end=237
+  _globals['_GENERATESTART']._serialized_start=240
+  _globals['_GENERATESTART']._serialized_end=444
+  _globals['_GENERATEREQUEST']._serialized_start=446
+  _globals['_GENERATEREQUEST']._serialized_end=553
+  _globals['_TOKENBATCH']._serialized_start=555
+  _globals['_TOKENBATCH']._serialized_end=645
+  _globals['_GENERATEFINISHED']._serialized_start=648
+  _globals['_GENERATEFINISHED']._serialized_end=790
+  _globals['_GENERATERESPONSE']._serialized_start=793
+  _globals['_GENERATERESPONSE']._serialized_end=964
+  _globals['_THINKER']._serialized_start=1106
+  _globals['_THINKER']._serialized_end=1250
 # @@protoc_insertion_point(module_scope)

@@ -14,26 +14,30 @@ class MediaKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEDIA_KIND_IMAGE: _ClassVar[MediaKind]
     MEDIA_KIND_VIDEO: _ClassVar[MediaKind]
     MEDIA_KIND_AUDIO: _ClassVar[MediaKind]
+    MEDIA_KIND_AUDIO_IN_VIDEO: _ClassVar[MediaKind]
 MEDIA_KIND_UNSPECIFIED: MediaKind
 MEDIA_KIND_IMAGE: MediaKind
 MEDIA_KIND_VIDEO: MediaKind
 MEDIA_KIND_AUDIO: MediaKind
+MEDIA_KIND_AUDIO_IN_VIDEO: MediaKind
 
 class MediaSpan(_message.Message):
-    __slots__ = ("kind", "offset", "length", "grid_thw", "second_per_grid", "content_hash")
+    __slots__ = ("kind", "offset", "length", "grid_thw", "second_per_grid", "content_hash", "audio_length")
     KIND_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     GRID_THW_FIELD_NUMBER: _ClassVar[int]
     SECOND_PER_GRID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_LENGTH_FIELD_NUMBER: _ClassVar[int]
     kind: MediaKind
     offset: int
     length: int
     grid_thw: _containers.RepeatedScalarFieldContainer[int]
     second_per_grid: float
     content_hash: str
-    def __init__(self, kind: _Optional[_Union[MediaKind, str]] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., grid_thw: _Optional[_Iterable[int]] = ..., second_per_grid: _Optional[float] = ..., content_hash: _Optional[str] = ...) -> None: ...
+    audio_length: int
+    def __init__(self, kind: _Optional[_Union[MediaKind, str]] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., grid_thw: _Optional[_Iterable[int]] = ..., second_per_grid: _Optional[float] = ..., content_hash: _Optional[str] = ..., audio_length: _Optional[int] = ...) -> None: ...
 
 class GenerateStart(_message.Message):
     __slots__ = ("request_id", "token_ids", "media", "sampling", "use_audio_in_video", "return_talker_conditioning")

@@ -1,13 +1,19 @@
-"""Thinker self-attention: q/k/v projections, per-head q/k RMSNorm, M-RoPE, then paged GQA attention."""
+"""Thinker self-attention: q/k/v projections, per-head q/k RMSNorm, M-RoPE, then paged GQA attention.
+
+`forward` is the exact reference; `forward_fused` is the GPU path (one q/k/v GEMM, q/k norm + rope in one kernel).
+"""
 from __future__ import annotations
 
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from runtime.attention import AttentionContext, paged_attention
+from runtime.kernels import qk_norm_rope
 from services.thinker.model.config import ThinkerConfig
+from services.thinker.model.kernel_path import rope_kernel_fits
 from services.thinker.model.norm import RMSNorm
 from services.thinker.model.rope import apply_rope
 
@@ -36,6 +42,21 @@ class ThinkerAttention(nn.Module):
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.qkv_weight: torch.Tensor | None = None  # set by fuse_qkv for the GPU path
+        self.qkv_bias: torch.Tensor | None = None
+
+    def fuse_qkv(self) -> None:
+        """One [(Hq + 2 Hkv) * D, H] weight for a single GEMM; q/k/v_proj become views of it, so nothing doubles."""
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        self.qkv_weight = torch.cat([p.weight for p in projs])
+        self.qkv_bias = torch.cat([p.bias for p in projs]) if self.q_proj.bias is not None else None
+        start = 0
+        for p in projs:
+            rows = p.weight.shape[0]
+            p.weight = nn.Parameter(self.qkv_weight[start:start + rows], requires_grad=False)
+            if self.qkv_bias is not None:
+                p.bias = nn.Parameter(self.qkv_bias[start:start + rows], requires_grad=False)
+            start += rows
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext
@@ -46,5 +67,24 @@ class ThinkerAttention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim))  # [T, Hkv, D]
         v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = self.backend(q, k, v, kv_cache, ctx, self.scale)  # [T, Hq, D]
+        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))  # [T, Hq * D] -> [T, H]
+
+    def forward_fused(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext
+    ) -> torch.Tensor:
+        """`forward` on the kernels: x: [T, H] -> [T, H]."""
+        if self.qkv_weight is None:
+            self.fuse_qkv()
+        num_tokens = x.shape[0]
+        q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [T, (Hq + 2 Hkv) * D]
+        q = qkv[:, :q_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, Hq, D], strided view
+        k = qkv[:, q_width:q_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        v = qkv[:, q_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        if rope_kernel_fits(self.head_dim):
+            q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
+        else:
+            q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
         out = self.backend(q, k, v, kv_cache, ctx, self.scale)  # [T, Hq, D]
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))  # [T, Hq * D] -> [T, H]

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from runtime.attention import AttentionContext
+from runtime.kernels import fused_add_rmsnorm
 from services.thinker.model.attention import AttentionBackend, ThinkerAttention
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.mlp import DenseMLP
@@ -28,3 +29,18 @@ class DecoderLayer(nn.Module):
         """x: [T, H] -> [T, H]."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, ctx)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_fused(
+        self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+        kv_cache: torch.Tensor, ctx: AttentionContext,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The GPU path, residual carried apart: the layer output is `out + residual` (summed by the next norm).
+
+        x: [T, H] (with `residual` None, the layer input itself) -> (out [T, H], residual [T, H]).
+        """
+        h, residual = fused_add_rmsnorm(x, residual, self.input_layernorm.weight, self.input_layernorm.eps)
+        attn = self.self_attn.forward_fused(h, cos, sin, kv_cache, ctx)
+        h, residual = fused_add_rmsnorm(attn, residual, self.post_attention_layernorm.weight,
+                                        self.post_attention_layernorm.eps)
+        mlp = self.mlp.forward_fused(h) if isinstance(self.mlp, SparseMoE) else self.mlp(h)
+        return mlp, residual

@@ -1,4 +1,9 @@
-"""The Thinker language model over packed tokens and a paged KV cache: embed, decoder stack, final norm, logits."""
+"""The Thinker language model over packed tokens and a paged KV cache: embed, decoder stack, final norm, logits.
+
+Two paths with one contract: the exact plain-PyTorch reference (CPU, fp32, any device without the kernels) and the
+GPU path over runtime.kernels (fused residual-add + RMSNorm, one q/k/v GEMM, q/k norm + rope, Triton paged
+attention, fused MoE), chosen at load by device and dtype.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,10 +13,12 @@ import torch
 from torch import nn
 
 from runtime.attention import AttentionContext, paged_attention
+from runtime.kernels import fused_add_rmsnorm
 from services.thinker.model.attention import AttentionBackend
 from services.thinker.model.checkpoint import load_thinker_state_dict
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.decoder import DecoderLayer
+from services.thinker.model.kernel_path import kernel_attention, kernels_available
 from services.thinker.model.norm import RMSNorm
 from services.thinker.model.rope import MRoPE
 
@@ -39,6 +46,7 @@ class ThinkerLM(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)  # untied from embed_tokens
         self.rope = MRoPE(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+        self.use_kernels = False  # set by enable_kernels: forward takes the GPU path
 
     @classmethod
     def load(
@@ -47,10 +55,15 @@ class ThinkerLM(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         backend: AttentionBackend = paged_attention,
+        use_kernels: bool | None = None,
     ) -> ThinkerLM:
-        """Build from an HF checkpoint directory, reading only `thinker.model.*` and `thinker.lm_head.*`."""
+        """Build from an HF checkpoint directory, reading only `thinker.model.*` and `thinker.lm_head.*`.
+
+        use_kernels: None picks the GPU path on CUDA in bf16/fp16 (Triton importable), the reference otherwise.
+        """
         cfg = ThinkerConfig.from_checkpoint(ckpt_dir)
-        return cls.from_state_dict(cfg, load_thinker_state_dict(ckpt_dir, cfg, device, dtype), device, backend)
+        return cls.from_state_dict(cfg, load_thinker_state_dict(ckpt_dir, cfg, device, dtype), device, backend,
+                                   use_kernels)
 
     @classmethod
     def from_state_dict(
@@ -59,12 +72,29 @@ class ThinkerLM(nn.Module):
         state: dict[str, torch.Tensor],
         device: torch.device | str = "cpu",
         backend: AttentionBackend = paged_attention,
+        use_kernels: bool | None = None,
     ) -> ThinkerLM:
         """Parameters are created on the meta device and replaced by `state`'s tensors, so weights exist once."""
         with torch.device("meta"):
             model = cls(cfg, backend)
         model.load_state_dict(state, strict=True, assign=True)
-        return model.to(device).eval().requires_grad_(False)  # .to moves the rope tables, built on the host
+        model = model.to(device).eval().requires_grad_(False)  # .to moves the rope tables, built on the host
+        if use_kernels is None:
+            use_kernels = kernels_available(device, model.lm_head.weight.dtype)
+        if use_kernels:
+            model.enable_kernels()
+        return model
+
+    def enable_kernels(self) -> None:
+        """Switch forward to the GPU path: q/k/v weights fused into one GEMM (as views, no second copy) and the
+        Triton paged attention unless a custom backend was given. Off CUDA the kernels fall back to their
+        references, which keeps this path testable on CPU."""
+        for layer in self.layers:
+            attn = layer.self_attn
+            attn.fuse_qkv()
+            if attn.backend is paged_attention:
+                attn.backend = kernel_attention
+        self.use_kernels = True
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """token_ids: [T] -> [T, H]."""
@@ -88,6 +118,8 @@ class ThinkerLM(nn.Module):
         if num_deepstack > len(self.layers):
             raise ValueError(f"{num_deepstack} deepstack features but only {len(self.layers)} decoder layers")
         cos, sin = self.rope(positions, x.dtype)  # [T, D] each, shared by every layer
+        if self.use_kernels:
+            return self._forward_fused(x, cos, sin, ctx, kv_caches, deepstack, capture_layer)
         captured = None
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv_caches[i], ctx)
@@ -96,6 +128,26 @@ class ThinkerLM(nn.Module):
             if i < num_deepstack:
                 x = x.index_add(0, deepstack.row_index, deepstack.features[i].to(x.dtype))
         return LMOutput(hidden=self.norm(x), captured=captured)
+
+    def _forward_fused(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: AttentionContext,
+        kv_caches: list[torch.Tensor], deepstack: DeepstackInput | None, capture_layer: int | None,
+    ) -> LMOutput:
+        """The GPU path: the residual travels beside each layer's output and is summed inside the next fused norm;
+        it is summed early only where the talker capture or a deepstack add needs the layer output itself."""
+        num_deepstack = len(deepstack.features) if deepstack is not None else 0
+        residual: torch.Tensor | None = None
+        captured = None
+        for i, layer in enumerate(self.layers):
+            x, residual = layer.forward_fused(x, residual, cos, sin, kv_caches[i], ctx)
+            if capture_layer == i + 1 or i < num_deepstack:
+                x, residual = x + residual, None
+                if capture_layer == i + 1:
+                    captured = x
+                if i < num_deepstack:
+                    x = x.index_add(0, deepstack.row_index, deepstack.features[i].to(x.dtype))
+        hidden = fused_add_rmsnorm(x, residual, self.norm.weight, self.norm.eps).normed
+        return LMOutput(hidden=hidden, captured=captured)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, H] -> [N, V] float32."""

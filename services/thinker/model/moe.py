@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runtime.kernels import fused_moe
 from services.thinker.model.config import ThinkerConfig
 
 
@@ -38,6 +39,10 @@ class SparseMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, H] -> [T, H]."""
         return self.run_experts(x, self.route(x))
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """The GPU path: router GEMM, fused top-k and grouped expert GEMMs without a host sync; x: [T, H] -> [T, H]."""
+        return fused_moe(x, self.gate.weight, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob)
 
     def run_experts(self, x: torch.Tensor, routing: Routing) -> torch.Tensor:
         """Exact grouped loop: (token, expert) pairs sorted by expert, one matmul pair per expert that has tokens."""

@@ -1,0 +1,33 @@
+"""When the Thinker takes the runtime.kernels path, and its paged-attention backend over those kernels."""
+from __future__ import annotations
+
+import torch
+
+from runtime.attention import AttentionContext, write_kv
+from runtime.kernels import paged_attention as kernel_paged_attention
+from runtime.kernels._backend import TRITON_DTYPES, next_power_of_2, triton_importable
+
+
+def kernels_available(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """CUDA in bf16/fp16 with Triton importable; CPU and fp32 keep the exact reference path."""
+    return torch.device(device).type == "cuda" and dtype in TRITON_DTYPES and triton_importable()
+
+
+def rope_kernel_fits(head_dim: int) -> bool:
+    """The fused q/k norm + rope kernel works on half-heads whose width is a power of two."""
+    half = head_dim // 2
+    return head_dim % 2 == 0 and half == next_power_of_2(half)
+
+
+def kernel_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext, scale: float
+) -> torch.Tensor:
+    """The AttentionBackend contract over runtime.kernels: write k/v at their slots, then paged attention.
+
+    Reads only ctx's device tensors and the static host query lengths (for the grid), so it can be captured in a
+    CUDA graph; on CPU the kernels package falls back to its PyTorch reference.
+    """
+    write_kv(kv_cache, k, v, ctx.slot_mapping)
+    max_q = max(ctx.q_lens_host, default=1)
+    return kernel_paged_attention(q.contiguous(), kv_cache, ctx.block_tables, ctx.kv_lens, ctx.cu_seqlens_q,
+                                  max_q, scale)
