@@ -17,6 +17,7 @@ from runtime.engine.scheduler import Scheduler, SchedulerLimits
 from runtime.engine.step_metrics import bind_engine_metrics
 from runtime.server import StageServer
 from runtime.tokenizer import Tokenizer
+from services.thinker.graphs import GraphSettings
 from services.thinker.model import ThinkerLM
 from services.thinker.runner import ThinkerRunner
 from services.thinker.service import ThinkerService
@@ -36,14 +37,17 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
     capacity = num_blocks * eng.block_size
     max_model_len = min(model.cfg.max_position_embeddings, eng.max_model_len or capacity, capacity)
-    runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype)
+    graphs = GraphSettings(eng.graph_decode_buckets, eng.prefill_token_buckets, eng.max_num_seqs,
+                           max_model_len) if eng.cuda_graphs else None
+    runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs)
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len),
                           BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache))
     tokenizer = Tokenizer.from_dir(model_dir)
     engine = AsyncEngine(Engine(scheduler, runner), on_step=bind_engine_metrics(server.metrics, scheduler))
     service = ThinkerService(engine, tokenizer, server.metrics, max_model_len, eng.token_flush_ms / 1000)
-    log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s", num_blocks,
-             eng.block_size, num_blocks * per_block / 2**20, max_model_len, device, stage.dtype)
+    log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", num_blocks,
+             eng.block_size, num_blocks * per_block / 2**20, max_model_len, device, stage.dtype,
+             "kernel" if model.use_kernels else "reference")
     return service, model
 
 

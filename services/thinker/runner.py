@@ -1,6 +1,7 @@
 """Turns a scheduled batch into one ThinkerLM forward: packed embeddings with media, M-RoPE positions, paged KV."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -9,8 +10,12 @@ from runtime.attention import build_attention_context
 from runtime.attention.kv_cache import allocate_kv_cache
 from runtime.engine.scheduler import ScheduledBatch, ScheduledRow
 from runtime.engine.sequence import Sequence
+from runtime.attention import AttentionContext
+from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraphs
 from services.thinker.model import DeepstackInput, ThinkerLM
 from services.thinker.request import ThinkerRequest
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,13 +33,33 @@ class ThinkerRunner:
     """The engine's ModelRunner for the thinker; owns the model and the paged KV cache."""
 
     def __init__(self, model: ThinkerLM, num_blocks: int, block_size: int, device: torch.device,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, graphs: GraphSettings | None = None) -> None:
+        """graphs: capture CUDA graphs of these shapes (GPU kernel path on CUDA; eager static buffers elsewhere)."""
         cfg = model.cfg
         self.model = model
         self.device = device
         self.block_size = block_size
-        self.kv_caches = allocate_kv_cache(cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim,
-                                           dtype, device)
+        use_graphs = graphs is not None and model.use_kernels
+        # Graph padding rows write their KV to one extra block that the block manager never hands out.
+        self.kv_caches = allocate_kv_cache(cfg.num_layers, num_blocks + int(use_graphs), block_size,
+                                           cfg.num_kv_heads, cfg.head_dim, dtype, device)
+        self.graphs: StepGraphs | None = None
+        self.capture_records: list[CaptureRecord] = []
+        if use_graphs:
+            self.graphs = StepGraphs(self._forward_hidden, graphs, block_size, num_blocks, torch.device(device),
+                                     capture=torch.device(device).type == "cuda")
+            with torch.inference_mode():
+                self.capture_records = self.graphs.capture()
+            for r in self.capture_records:
+                log.info("thinker: captured %s graph of %d %s in %.2f s, %.1f MiB", r.kind, r.size,
+                         "rows" if r.kind == "decode" else "tokens", r.seconds, r.memory_bytes / 2**20)
+            if self.capture_records:
+                log.info("thinker: %d CUDA graphs, %.1f MiB in all", len(self.capture_records),
+                         sum(r.memory_bytes for r in self.capture_records) / 2**20)
+
+    def _forward_hidden(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        """Embedding through the final norm for a text-only step: what a graph captures. -> [T, H]."""
+        return self.model(self.model.embed(ids), positions, ctx, self.kv_caches).hidden
 
     @staticmethod
     def kv_bytes_per_block(model: ThinkerLM, block_size: int, dtype: torch.dtype) -> int:
@@ -47,6 +72,10 @@ class ThinkerRunner:
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> torch.Tensor:
         packed = self._pack(batch.rows)
+        if self.graphs is not None and not (packed.media_rows or packed.visual_rows or packed.capture):
+            logits = self._run_graph(batch, packed)
+            if logits is not None:
+                return logits
         ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
         x = self.model.embed(ids)  # [T, H], one embedding call for every row
         if packed.media_rows:
@@ -70,6 +99,22 @@ class ThinkerRunner:
         ends = torch.cumsum(torch.tensor([r.num_tokens for r in batch.rows]), 0) - 1
         last = [int(ends[i]) for i, r in enumerate(batch.rows) if r.samples]
         return self.model.compute_logits(out.hidden[last])
+
+    def _run_graph(self, batch: ScheduledBatch, packed: _Packed) -> torch.Tensor | None:
+        """A text-only step whose shape fits a captured graph: static inputs, replay, logits. None: run eagerly."""
+        q_lens = [r.num_tokens for r in batch.rows]
+        tables = [r.seq.block_table for r in batch.rows]
+        graph = self.graphs.plan(q_lens, tables)
+        if graph is None:
+            return None
+        kv_lens = [r.seq.num_computed_tokens + r.num_tokens for r in batch.rows]
+        positions = torch.cat(packed.positions, dim=1)  # [3, T] on the host
+        hidden = self.graphs.run(graph, packed.token_ids, positions, q_lens, kv_lens, tables)  # [T, H]
+        if all(r.samples for r in batch.rows) and len(packed.token_ids) == len(batch.rows):
+            return self.model.compute_logits(hidden)  # decode: every row samples
+        ends = torch.cumsum(torch.tensor(q_lens), 0) - 1
+        last = [int(ends[i]) for i, r in enumerate(batch.rows) if r.samples]
+        return self.model.compute_logits(hidden[torch.tensor(last, device=hidden.device)])
 
     def _pack(self, rows: list[ScheduledRow]) -> _Packed:
         num_levels = self.model.cfg.num_deepstack
