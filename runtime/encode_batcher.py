@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -26,6 +26,11 @@ class Timed(NamedTuple, Generic[Result]):
     batch_index: int  # which forward computed it; items of one request may share one
     queue_seconds: float  # submit to the start of its batch
     compute_seconds: float  # wall time of its batch's encode call
+
+
+def request_timings(timed: Sequence[Timed[Any]]) -> tuple[float, float]:
+    """(queue seconds until the request's first forward, seconds of the distinct forwards it took part in)."""
+    return min(t.queue_seconds for t in timed), sum({t.batch_index: t.compute_seconds for t in timed}.values())
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,21 @@ class EncodeBatcher(Generic[Item, Result]):
         self.queue.put_nowait(Pending(item, self.size_of(item), future))
         self._report_depth()
         return await future
+
+    async def submit_in_order(self, items: Sequence[Item]) -> AsyncIterator[Timed[Result]]:
+        """One request's items, all queued at once; each result as soon as it and those before it are done.
+
+        Leaving early (a cancelled or failed request) takes the request's remaining items out of the queue.
+        """
+        tasks = [asyncio.ensure_future(self.submit_timed(item)) for item in items]
+        try:
+            for task in tasks:
+                yield await task
+        finally:
+            for task in tasks:
+                if task.done() and not task.cancelled():
+                    task.exception()  # marks a sibling's failure as seen; the first one already propagated
+                task.cancel()
 
     async def next_batch(self) -> list[Pending[Item, Result]]:
         first = self.carry or await self.queue.get()

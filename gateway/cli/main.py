@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.cli import chat, demo, up
+from gateway.cli import bench, chat, demo, up
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="omnimesh", description="Qwen3-Omni as a gRPC mesh split by modality stage")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (up, chat, demo):
+    for module in (up, chat, demo, bench):
         module.add_parser(sub)
     args = parser.parse_args(argv)
     return int(args.run(args) or 0)

@@ -5,14 +5,13 @@ forward, `max_request_size` frames per Encode call.
 """
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from runtime.config import EncoderConfig
-from runtime.encode_batcher import BatchStats, EncodeBatcher, Timed
+from runtime.encode_batcher import BatchStats, EncodeBatcher, request_timings
 from runtime.metrics import Metrics
 from services.audio.features import LogMelExtractor, MelConfig
 from services.audio.model import AudioEncoder
@@ -78,20 +77,13 @@ class AudioService:
 
     async def encode(self, inp: EncodeInput) -> AsyncIterator[ClipOut | FinishedOut]:
         """Each clip's embeddings in clip order, as soon as it and those before it are done; then the timings."""
-        tasks = [asyncio.ensure_future(self.batcher.submit_timed(clip)) for clip in inp.clips]
-        timed: list[Timed[torch.Tensor]] = []
-        try:
-            for index, task in enumerate(tasks):
-                timed.append(await task)
-                yield ClipOut(index, timed[-1].result)
-        finally:
-            for task in tasks:  # a cancelled or failed request leaves no clip queued
-                if task.done() and not task.cancelled():
-                    task.exception()  # marks a sibling's failure as seen; the first one already propagated
-                task.cancel()
-        queue = min(t.queue_seconds for t in timed)
+        timed = []
+        async for t in self.batcher.submit_in_order(inp.clips):
+            timed.append(t)
+            yield ClipOut(len(timed) - 1, t.result)
+        queue, compute = request_timings(timed)
         self.metrics.get("omnimesh_queue_time_seconds").observe(queue)
-        yield FinishedOut(queue, sum({t.batch_index: t.compute_seconds for t in timed}.values()))
+        yield FinishedOut(queue, compute)
 
     def close(self) -> None:
         self.batcher.close()

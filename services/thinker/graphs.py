@@ -86,6 +86,7 @@ class StepGraphs:
         self.decode = {n: self._views(k, n, b) for k, n, b in shapes if k == "decode"}
         self.prefill = {n: self._views(k, n, b) for k, n, b in shapes if k == "prefill"}
         self.pool = None
+        self.replays: dict[str, int] = {}  # "kind:size" -> steps run on that graph
 
     def _views(self, kind: str, n: int, b: int) -> StepGraph:
         w = self.width
@@ -115,12 +116,22 @@ class StepGraphs:
     def run(self, g: StepGraph, token_ids: list[int], positions: torch.Tensor, q_lens: list[int],
             kv_lens: list[int], tables: list[list[int]]) -> torch.Tensor:
         """Fill g's inputs from the step (positions [3, T] on the host) and run it -> hidden [T, H]."""
+        self.prepare(g, token_ids, positions, q_lens, kv_lens, tables)
+        return self.execute(g)[:len(token_ids)]
+
+    def prepare(self, g: StepGraph, token_ids: list[int], positions: torch.Tensor, q_lens: list[int],
+                kv_lens: list[int], tables: list[list[int]]) -> None:
+        """Copy a step into g's static inputs, padding rows pointed at the scratch block."""
         self._fill(g, token_ids, positions, q_lens, kv_lens, tables)
         self._upload(g)
+
+    def execute(self, g: StepGraph) -> torch.Tensor:
+        """Replay g (or run it eagerly when not captured) on its current inputs -> hidden [N, H]."""
+        self.replays[f"{g.kind}:{g.num_tokens}"] = self.replays.get(f"{g.kind}:{g.num_tokens}", 0) + 1
         if g.graph is not None:
             g.graph.replay()
-            return g.hidden[:len(token_ids)]
-        return self.forward(g.ids, g.positions, g.ctx)[:len(token_ids)]
+            return g.hidden
+        return self.forward(g.ids, g.positions, g.ctx)
 
     def _fill(self, g: StepGraph, token_ids: list[int], positions: torch.Tensor, q_lens: list[int],
               kv_lens: list[int], tables: list[list[int]]) -> None:
@@ -184,8 +195,7 @@ class StepGraphs:
         torch.cuda.synchronize()
         free_before = torch.cuda.mem_get_info(self.device)[0]
         empty = torch.empty(3, 0, dtype=torch.int64)
-        self._fill(g, [], empty, [], [], [])  # all padding: warm-up and capture write only the scratch block
-        self._upload(g)
+        self.prepare(g, [], empty, [], [], [])  # all padding: warm-up and capture write only the scratch block
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):

@@ -44,6 +44,7 @@ class ThinkerRunner:
         self.kv_caches = allocate_kv_cache(cfg.num_layers, num_blocks + int(use_graphs), block_size,
                                            cfg.num_kv_heads, cfg.head_dim, dtype, device)
         self.graphs: StepGraphs | None = None
+        self.eager_steps = 0  # text-only steps no graph fitted
         self.capture_records: list[CaptureRecord] = []
         if use_graphs:
             self.graphs = StepGraphs(self._forward_hidden, graphs, block_size, num_blocks, torch.device(device),
@@ -106,6 +107,7 @@ class ThinkerRunner:
         tables = [r.seq.block_table for r in batch.rows]
         graph = self.graphs.plan(q_lens, tables)
         if graph is None:
+            self.eager_steps += 1
             return None
         kv_lens = [r.seq.num_computed_tokens + r.num_tokens for r in batch.rows]
         positions = torch.cat(packed.positions, dim=1)  # [3, T] on the host

@@ -1,12 +1,11 @@
 """The vision stage's domain: a request's items in, per-item embeddings and timings out (no protobuf here)."""
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from runtime.config import EncoderConfig
-from runtime.encode_batcher import BatchStats, EncodeBatcher, Timed
+from runtime.encode_batcher import BatchStats, EncodeBatcher, request_timings
 from runtime.metrics import Metrics
 from services.vision.encoder import VisionEncoder
 from services.vision.model import VisionOutput
@@ -51,20 +50,13 @@ class VisionService:
 
     async def encode(self, inp: EncodeInput) -> AsyncIterator[ItemOut | FinishedOut]:
         """Each item's output in item order, as soon as it and those before it are done; then the timings."""
-        tasks = [asyncio.ensure_future(self.batcher.submit_timed(item)) for item in inp.items]
-        timed: list[Timed[VisionOutput]] = []
-        try:
-            for index, task in enumerate(tasks):
-                timed.append(await task)
-                yield ItemOut(index, timed[-1].result)
-        finally:
-            for task in tasks:  # a cancelled or failed request leaves no item queued
-                if task.done() and not task.cancelled():
-                    task.exception()  # marks a sibling's failure as seen; the first one already propagated
-                task.cancel()
-        queue = min(t.queue_seconds for t in timed)
+        timed = []
+        async for t in self.batcher.submit_in_order(inp.items):
+            timed.append(t)
+            yield ItemOut(len(timed) - 1, t.result)
+        queue, compute = request_timings(timed)
         self.metrics.get("omnimesh_queue_time_seconds").observe(queue)
-        yield FinishedOut(queue, sum({t.batch_index: t.compute_seconds for t in timed}.values()))
+        yield FinishedOut(queue, compute)
 
     def close(self) -> None:
         self.batcher.close()

@@ -119,3 +119,20 @@ def test_bad_settings(kwargs: dict, needle: str) -> None:
     settings = {"max_batch_size": 10, "max_wait_s": 0.0, **kwargs}
     with pytest.raises(ValueError, match=needle):
         EncodeBatcher(FakeEncoder(), size_of=lambda i: i, **settings)
+
+
+def test_submit_in_order_yields_in_order_and_times_the_request() -> None:
+    import asyncio
+
+    from runtime.encode_batcher import EncodeBatcher, request_timings
+
+    async def main() -> tuple[list[int], tuple[float, float]]:
+        batcher = EncodeBatcher(lambda items: [i * 10 for i in items], size_of=lambda i: 1, max_batch_size=2,
+                                max_wait_s=0.01)
+        timed = [t async for t in batcher.submit_in_order([1, 2, 3])]
+        batcher.close()
+        return [t.result for t in timed], request_timings(timed)
+
+    results, (queue, compute) = asyncio.run(main())
+    assert results == [10, 20, 30]
+    assert queue >= 0 and compute >= 0

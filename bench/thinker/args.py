@@ -1,0 +1,39 @@
+"""Flags of the Thinker benchmark, shared by bench/thinker/bench_thinker.py and `omnimesh bench` (no torch here)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--tiny", action="store_true", help="the demo checkpoint on CPU in fp32: a smoke test")
+    which.add_argument("--random-weights", action="store_true",
+                       help="real Thinker dims, random bf16 weights (no checkpoint needed; default off --tiny)")
+    which.add_argument("--model", type=Path, help="a Qwen3-Omni checkpoint directory instead of random weights")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32], help="closed-loop levels")
+    p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length after the chat template")
+    p.add_argument("--output-tokens", type=int, default=256, help="tokens per request (EOS ignored)")
+    p.add_argument("--measured-per-stream", type=int, default=3,
+                   help="measured requests per concurrent stream (at least --min-measured)")
+    p.add_argument("--min-measured", type=int, default=6, help="fewest measured requests per level")
+    p.add_argument("--long-prompt-tokens", type=int, default=1024, help="TTFT run at c=1 (0 skips it)")
+    p.add_argument("--long-output-tokens", type=int, default=64)
+    p.add_argument("--long-requests", type=int, default=5)
+    p.add_argument("--modes", nargs="+", choices=["engine", "gateway"], default=["engine", "gateway"])
+    p.add_argument("--skip-hf", action="store_true", help="skip the transformers generate baseline")
+    p.add_argument("--hf-batches", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--hf-new-tokens", type=int, default=0, help="tokens per row for generate (0: --output-tokens)")
+    p.add_argument("--max-num-seqs", type=int, default=0, help="engine rows per step (0: the largest concurrency)")
+    p.add_argument("--max-batch-tokens", type=int, default=2048)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--kv-cache-gib", type=float, default=0.0, help="KV cache size (0: 16 GiB, 64 MiB with --tiny)")
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--decode-buckets", type=int, nargs="*", default=[], help="default: powers of two to max_num_seqs")
+    p.add_argument("--prefill-buckets", type=int, nargs="*", default=[64, 128, 256, 512, 1024, 2048],
+                   help="prefill token ladder (rungs above --max-batch-tokens are dropped)")
+    p.add_argument("--no-graphs", action="store_true", help="eager steps only (to measure what graphs give)")
+    p.add_argument("--ckpt-dir", type=Path, default=None,
+                   help="where --random-weights writes its checkpoint for the gateway run (default: /dev/shm or tmp)")
+    p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds the mesh may take to come up")

@@ -1,0 +1,127 @@
+"""Engine-only runs: the thinker's Engine built in-process and driven by a closed loop of Engine.step calls."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bench.thinker.workload import RequestRecord, summarize
+from runtime.config import EngineConfig
+from runtime.engine.block_manager import BlockManager
+from runtime.engine.engine import Engine
+from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
+from runtime.engine.sequence import Sequence
+from services.thinker.graphs import GraphSettings
+from services.thinker.model import ThinkerLM
+from services.thinker.runner import ThinkerRunner
+
+
+class TimedRunner:
+    """ThinkerRunner with the time of each run() (device work included) kept, to split a step into its parts."""
+
+    def __init__(self, runner: ThinkerRunner) -> None:
+        self.inner = runner
+        self.device = runner.device
+        self.last_seconds = 0.0
+
+    def run(self, batch: ScheduledBatch) -> torch.Tensor:
+        t0 = time.perf_counter()
+        logits = self.inner.run(batch)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # sampling syncs right after anyway
+        self.last_seconds = time.perf_counter() - t0
+        return logits
+
+    def release(self, seq: Sequence) -> None:
+        self.inner.release(seq)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    seconds: float  # Engine.step wall time
+    run_seconds: float  # of which the model (inputs, forward, logits)
+    engine_seconds: float  # of which run + sampling + postprocess (the rest is scheduling)
+    rows: int
+    tokens: int
+    kv_tokens: int  # cached tokens of the running sequences after the step
+
+
+def build_engine(model: ThinkerLM, eng: EngineConfig, device: torch.device, dtype: torch.dtype) -> Engine:
+    """What services/thinker/build.py assembles, minus the server: KV cache sized from `eng`, graphs captured."""
+    per_block = ThinkerRunner.kv_bytes_per_block(model, eng.block_size, dtype)
+    num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
+    capacity = num_blocks * eng.block_size
+    max_model_len = min(model.cfg.max_position_embeddings, eng.max_model_len or capacity, capacity)
+    graphs = GraphSettings(eng.graph_decode_buckets, eng.prefill_token_buckets, eng.max_num_seqs,
+                           max_model_len) if eng.cuda_graphs else None
+    runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs)
+    scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len),
+                          BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache))
+    return Engine(scheduler, TimedRunner(runner))
+
+
+def closed_loop(engine: Engine, make_seq: Callable[[int], Sequence], concurrency: int, warmup: int,
+                measured: int, first_index: int = 0) -> tuple[list[RequestRecord], list[StepRecord]]:
+    """Keep `concurrency` sequences in flight until the `measured` ones after `warmup` have finished; sequences
+    still running then are aborted. Times are taken when Engine.step returns (its events are out by then)."""
+    in_flight: dict[int, RequestRecord] = {}
+    records: list[RequestRecord] = []
+    steps: list[StepRecord] = []
+    index = first_index
+    remaining = measured
+    while remaining > 0:
+        while len(in_flight) < concurrency:
+            seq = make_seq(index)
+            rec = RequestRecord(index, time.perf_counter(), warmup <= index - first_index < warmup + measured)
+            engine.add(seq)
+            in_flight[seq.seq_id] = rec
+            records.append(rec)
+            index += 1
+        t0 = time.perf_counter()
+        events, stats = engine.step()
+        now = time.perf_counter()
+        for ev in events:
+            rec = in_flight.get(ev.seq.seq_id)
+            if rec is None:
+                continue
+            rec.add(now, int(ev.token_id is not None))
+            if ev.finish_reason is not None:
+                rec.end = now
+                del in_flight[ev.seq.seq_id]
+                remaining -= rec.measured
+        if stats is not None:
+            kv = sum(s.num_computed_tokens for s in engine.scheduler.running)
+            steps.append(StepRecord(now - t0, engine.runner.last_seconds, stats.seconds, stats.num_rows,
+                                    stats.num_tokens, kv))
+    for seq_id in list(in_flight):
+        engine.abort(seq_id)
+    return records, steps
+
+
+def step_summary(steps: list[StepRecord], rows: int) -> dict[str, Any]:
+    """Medians over pure decode steps of exactly `rows` rows: wall, model, sampling and scheduling parts."""
+    decode = [s for s in steps if s.tokens == s.rows == rows]
+    if not decode:
+        return {"rows": rows, "steps": 0}
+
+    def med(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2] * 1e3
+
+    return {"rows": rows, "steps": len(decode), "step_ms_p50": med([s.seconds for s in decode]),
+            "model_ms_p50": med([s.run_seconds for s in decode]),
+            "sample_post_ms_p50": med([s.engine_seconds - s.run_seconds for s in decode]),
+            "schedule_ms_p50": med([s.seconds - s.engine_seconds for s in decode]),
+            "kv_tokens_p50": sorted(s.kv_tokens for s in decode)[len(decode) // 2]}
+
+
+def run_level(engine: Engine, make_seq: Callable[[int], Sequence], concurrency: int, warmup: int, measured: int,
+              first_index: int) -> dict[str, Any]:
+    records, steps = closed_loop(engine, make_seq, concurrency, warmup, measured, first_index)
+    out = summarize(records, concurrency)
+    out["decode_steps"] = step_summary(steps, concurrency)
+    out["steps"] = len(steps)
+    out["next_index"] = first_index + len(records)
+    return out

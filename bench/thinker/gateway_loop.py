@@ -1,0 +1,124 @@
+"""Through-the-gateway runs: `omnimesh up` as real processes, driven by a closed loop of grpc.aio Chat streams."""
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import grpc
+import yaml
+
+from bench.thinker.workload import RequestRecord, summarize
+from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
+
+MESH_PREFIX = "OMNIMESH_MESH "
+
+
+class Mesh:
+    """`python -m gateway.cli.main up` on a model dir and a thinker-only mesh config; stderr goes to `log`."""
+
+    def __init__(self, model_dir: Path, thinker: dict[str, Any], workdir: Path, log: TextIO,
+                 ready_timeout_s: float) -> None:
+        config = workdir / "bench_mesh.yaml"
+        config.write_text(yaml.safe_dump({"thinker": thinker}))
+        cmd = [sys.executable, "-m", "gateway.cli.main", "up", "--model", str(model_dir), "--config", str(config),
+               "--port", "0", "--ready-timeout", str(ready_timeout_s)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+        self.ports = self._wait_ready(ready_timeout_s)
+        self.address = f"127.0.0.1:{self.ports['gateway']['grpc_port']}"
+        threading.Thread(target=self._drain, daemon=True).start()  # keep the pipe from filling
+
+    def _wait_ready(self, timeout_s: float) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                if line.startswith(MESH_PREFIX):
+                    result.update(json.loads(line[len(MESH_PREFIX):]))
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        if not result:
+            self.stop()
+            raise RuntimeError(f"the mesh did not come up within {timeout_s:.0f} s (exit {self.proc.poll()})")
+        return result
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for _ in self.proc.stdout:
+            pass
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def chat_request(text: str, max_tokens: int) -> omni_pb2.ChatRequest:
+    msg = omni_pb2.Message(role="user", content=[omni_pb2.ContentPart(text=text)])
+    sampling = common_pb2.SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    return omni_pb2.ChatRequest(messages=[msg], sampling=sampling, output_modalities=[omni_pb2.MODALITY_TEXT])
+
+
+async def _one(stub: omni_pb2_grpc.OmniStub, request: omni_pb2.ChatRequest, rec: RequestRecord) -> None:
+    async for ev in stub.Chat(request):
+        if ev.HasField("text"):
+            rec.add(time.perf_counter(), len(ev.text.token_ids))
+        elif ev.HasField("error"):
+            raise RuntimeError(f"request {rec.index}: {ev.error.code} {ev.error.message}")
+    rec.end = time.perf_counter()
+
+
+async def closed_loop(address: str, make_request: Callable[[int], omni_pb2.ChatRequest], concurrency: int,
+                      warmup: int, measured: int, first_index: int = 0) -> list[RequestRecord]:
+    """`concurrency` workers; each starts a new request when its last one ends, until the measured ones are done."""
+    records: list[RequestRecord] = []
+    counter = iter(range(first_index, first_index + 10**9))
+    done = asyncio.Event()
+    remaining = [measured]
+
+    async def worker(stub: omni_pb2_grpc.OmniStub) -> None:
+        while not done.is_set():
+            index = next(counter)
+            rec = RequestRecord(index, time.perf_counter(), warmup <= index - first_index < warmup + measured)
+            records.append(rec)
+            await _one(stub, make_request(index), rec)
+            if rec.measured:
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    done.set()
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = omni_pb2_grpc.OmniStub(channel)
+        tasks = [asyncio.create_task(worker(stub)) for _ in range(concurrency)]
+        finished = asyncio.create_task(done.wait())
+        await asyncio.wait([finished, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for t in tasks:
+            if t.done() and t.exception() is not None:
+                raise t.exception()
+        for t in tasks:
+            t.cancel()  # load-keeping extras still running: cancelled, which frees their KV
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return records
+
+
+def run_level(address: str, make_request: Callable[[int], omni_pb2.ChatRequest], concurrency: int, warmup: int,
+              measured: int, first_index: int) -> dict[str, Any]:
+    records = asyncio.run(closed_loop(address, make_request, concurrency, warmup, measured, first_index))
+    out = summarize(records, concurrency)
+    out["next_index"] = first_index + len(records)
+    return out

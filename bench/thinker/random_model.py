@@ -1,0 +1,102 @@
+"""The Thinker at real dims with random bf16 weights: in memory, or written as a thinker-only checkpoint dir."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from runtime.checkpoint.demo_config import demo_config
+from services.thinker.model import ThinkerConfig, ThinkerLM
+
+# Non-weight files of the demo checkpoint a random-weight dir takes over (tokenizer, template, processors).
+COPIED_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.json",
+                "preprocessor_config.json", "video_preprocessor_config.json")
+HEAD_NAME = "lm_head.weight"
+
+
+def real_config() -> dict[str, Any]:
+    """The released Qwen3-Omni-30B-A3B thinker LM dims (qwen3-omni-model.md section 1) on the demo layout."""
+    cfg = demo_config()
+    thinker = cfg["thinker_config"]
+    thinker["text_config"].update(
+        vocab_size=152064, hidden_size=2048, intermediate_size=768, num_hidden_layers=48, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+        norm_topk_prob=True, rms_norm_eps=1e-6, max_position_embeddings=65536,
+        rope_scaling={"rope_type": "default", "mrope_section": [24, 20, 20], "interleaved": True,
+                      "mrope_interleaved": True},
+        rope_theta=1e6,
+    )  # fmt: skip
+    thinker["audio_config"]["output_dim"] = 2048
+    thinker["vision_config"]["out_hidden_size"] = 2048
+    cfg["talker_config"]["thinker_hidden_size"] = 2048
+    return cfg
+
+
+def random_state(cfg: ThinkerConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> dict[str, Any]:
+    """ThinkerLM's state dict drawn at std 0.02 (norm weights 1): routing comes out near uniform over experts."""
+    with torch.device("meta"):
+        shapes = {name: t.shape for name, t in ThinkerLM(cfg).state_dict().items()}
+    gen = torch.Generator(device=device).manual_seed(seed)
+    state = {}
+    for name, shape in shapes.items():
+        t = torch.empty(shape, device=device, dtype=dtype)
+        if name.endswith("norm.weight"):
+            t.fill_(1.0)
+        else:
+            t.normal_(0.0, 0.02, generator=gen)
+        state[name] = t
+    return state
+
+
+def random_model(config: dict[str, Any], device: torch.device, dtype: torch.dtype, seed: int = 0) -> ThinkerLM:
+    """Built through ThinkerLM.from_state_dict, so the GPU path is selected exactly as at a real load."""
+    cfg = ThinkerConfig.from_dict(config)
+    return ThinkerLM.from_state_dict(cfg, random_state(cfg, device, dtype, seed), device)
+
+
+def checkpoint_name(name: str) -> str:
+    """Our state-dict name -> the checkpoint's (experts stay fused: `mlp.experts.gate_up_proj`, which loads as is)."""
+    if name == HEAD_NAME:
+        return "thinker.lm_head.weight"
+    for part in ("gate_up_proj", "down_proj"):
+        if name.endswith(f".mlp.{part}"):
+            name = name.replace(f".mlp.{part}", f".mlp.experts.{part}")
+    return "thinker.model." + name
+
+
+def write_checkpoint(model: ThinkerLM, config: dict[str, Any], out_dir: Path, template_dir: Path,
+                     shard_bytes: int = 4 << 30) -> int:
+    """Write `model`'s weights (thinker.* only) as safetensors shards + index, `config`, and the template dir's
+    tokenizer and processor files. Shards are written one at a time, so host memory holds one shard. -> bytes."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in COPIED_FILES:
+        if (template_dir / name).exists():
+            shutil.copy(template_dir / name, out_dir / name)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    state = model.state_dict()
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, t in state.items():
+        nbytes = t.numel() * t.element_size()
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    weight_map: dict[str, str] = {}
+    total = 0
+    for i, names in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        # .cpu() gives each tensor its own storage: q/k/v_proj are views of one fused weight on the GPU path
+        tensors = {checkpoint_name(n): state[n].detach().to("cpu", copy=True).contiguous() for n in names}
+        save_file(tensors, str(out_dir / file), metadata={"format": "pt"})
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        weight_map.update({k: file for k in tensors})
+        del tensors
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return total

@@ -1,0 +1,50 @@
+"""HBM roofline of a Thinker decode step: the bytes it must read over the measured device copy bandwidth."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from services.thinker.model import ThinkerConfig
+
+
+def expected_experts(num_experts: int, top_k: int, rows: int) -> float:
+    """Distinct experts a layer touches for `rows` tokens routed uniformly (what random weights do)."""
+    return num_experts * (1 - (1 - top_k / num_experts) ** rows)
+
+
+def decode_step_bytes(cfg: ThinkerConfig, rows: int, kv_tokens: int, elem: int = 2) -> dict[str, float]:
+    """Bytes one decode step of `rows` rows must read: attention weights, router, the experts touched, final norm
+    and lm_head, the rows' embeddings, and every cached K/V of the batch (`kv_tokens` over all rows)."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    attn = h * (cfg.num_heads + 2 * cfg.num_kv_heads) * d + cfg.num_heads * d * h
+    expert = 3 * cfg.moe_intermediate_size * h
+    experts = expected_experts(cfg.num_experts, cfg.num_experts_per_tok, rows) * expert
+    per_layer = (attn + cfg.num_experts * h + experts + 2 * h) * elem
+    kv = kv_tokens * cfg.num_layers * 2 * cfg.num_kv_heads * d * elem
+    head = (cfg.vocab_size * h + rows * h + h) * elem
+    total = cfg.num_layers * per_layer + kv + head
+    return {"total": total, "weights": total - kv, "kv": kv,
+            "experts_per_layer": expected_experts(cfg.num_experts, cfg.num_experts_per_tok, rows)}
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = 2 << 30, iters: int = 10) -> float:
+    """Device-to-device copy in bytes/s, counting bytes read plus written (METHOD.md's ceiling)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            dst.copy_(src)
+        end.record()
+        end.synchronize()
+        seconds = start.elapsed_time(end) / 1e3
+    else:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dst.copy_(src)
+        seconds = time.perf_counter() - t0
+    del src, dst
+    return 2 * nbytes * iters / seconds
