@@ -202,9 +202,9 @@ class MeshConfig:
     model: str = "demo"  # checkpoint directory, or "demo" for the built-in demo checkpoint
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     thinker: StageConfig = field(default_factory=StageConfig)
-    vision: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
-    audio: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
-    talker: StageConfig = field(default_factory=lambda: StageConfig(enabled=False))
+    vision: StageConfig = field(default_factory=StageConfig)  # every stage on: `make serve` hears, sees, speaks
+    audio: StageConfig = field(default_factory=StageConfig)
+    talker: StageConfig = field(default_factory=StageConfig)
 
     def stage(self, name: str) -> StageConfig:
         if name not in STAGES:

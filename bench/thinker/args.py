@@ -37,3 +37,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ckpt-dir", type=Path, default=None,
                    help="where --random-weights writes its checkpoint for the gateway run (default: /dev/shm or tmp)")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds the mesh may take to come up")
+
+
+def command_line(prog: str, args: argparse.Namespace) -> str:
+    """The flags that differ from their defaults, as a command to repeat the run (for the result file)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    defaults = vars(parser.parse_args(["--out", "-"]))
+    words = [prog, "--out", str(args.out)]
+    for action in parser._actions:
+        name = action.dest
+        if name in ("help", "out") or not hasattr(args, name) or getattr(args, name) == defaults.get(name):
+            continue
+        value = getattr(args, name)
+        flag = action.option_strings[-1]
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, list):
+            words += [flag, *map(str, value)]
+        else:
+            words += [flag, str(value)]
+    return " ".join(words)

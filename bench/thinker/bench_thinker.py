@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 import torch  # noqa: E402
 
 from bench.thinker import engine_loop, gateway_loop  # noqa: E402
-from bench.thinker.args import add_arguments  # noqa: E402
+from bench.thinker.args import add_arguments, command_line  # noqa: E402
 from bench.thinker.hf_baseline import hf_generate  # noqa: E402
 from bench.thinker.random_model import random_model, real_config, write_checkpoint  # noqa: E402
 from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
@@ -74,7 +74,7 @@ def provenance(args: argparse.Namespace, device: torch.device) -> dict[str, Any]
         pass
     return {"commit": git.stdout.strip(), "uncommitted_changes": bool(dirty.stdout.strip()),
             "date": datetime.now(timezone.utc).isoformat(), "device": name, "versions": versions,
-            "command": " ".join(args.argv)}
+            "command": command_line(args.prog, args)}
 
 
 class Bench:
@@ -302,24 +302,38 @@ def free_cuda() -> None:
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     bench = Bench(args)
+    phases: dict[str, float] = {}
+    bench.result["phase_s"] = phases
     bench.save()
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        phases[name] = time.perf_counter() - clock
+        clock = time.perf_counter()
+
     if bench.device.type == "cuda":
         bench.result["copy_bandwidth_Bps"] = copy_bandwidth(bench.device)
     model_dir = args.model or (bench.template_dir if args.tiny else None)
     if "engine" in args.modes or ("gateway" in args.modes and model_dir is None):
         model = bench.load_model()
+        lap("model")
         if "engine" in args.modes:
             bench.run_engine(model)
+            lap("engine")
         if "gateway" in args.modes and model_dir is None:
             model_dir = bench.write_random_checkpoint(model)
+            lap("checkpoint")
         del model
         free_cuda()
     if not args.skip_hf:
         bench.run_hf()
         free_cuda()
+        lap("transformers")
     try:
         if "gateway" in args.modes:
             bench.run_gateway(model_dir)
+            lap("gateway")
     finally:
         if "checkpoint" in bench.result:
             shutil.rmtree(bench.result["checkpoint"]["dir"], ignore_errors=True)
@@ -331,7 +345,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    args.argv = ["bench/thinker/bench_thinker.py", *(sys.argv[1:] if argv is None else argv)]
+    args.prog = "python bench/thinker/bench_thinker.py"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     return run_bench(args)
 

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from bench.thinker.bench_thinker import run_bench
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args.argv = ["omnimesh", *sys.argv[1:]]
+    args.prog = "omnimesh bench"
     result = run_bench(args)
     print(json.dumps(result.get("summary", {}), indent=1))
     return 0

@@ -9,8 +9,12 @@ import yaml
 
 from tests.integration.mesh_process import OMNIMESH, Proc, start
 
-# Small KV cache and fast token flushes: the demo model is tiny, the test machine has 2 cores.
+# A text-only deployment (what a deployment without encoders or talker serves is tested against it), with a small
+# KV cache and fast token flushes: the demo model is tiny, the test machine has 2 cores.
 TEST_MESH = {
+    "vision": {"enabled": False},
+    "audio": {"enabled": False},
+    "talker": {"enabled": False},
     "gateway": {"stage_timeout_s": 3.0},
     "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "max_model_len": 1024, "max_num_seqs": 8, "max_batch_tokens": 512,
                            "token_flush_ms": 5.0}},

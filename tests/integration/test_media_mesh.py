@@ -25,6 +25,7 @@ def media_mesh(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Pro
     cfg.write_text(yaml.safe_dump({
         "vision": {"enabled": True, "encoder": {"batch_wait_ms": 100.0}},
         "audio": {"enabled": True},
+        "talker": {"enabled": False},
         "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "token_flush_ms": 5.0}}}))
     proc = start([OMNIMESH, "up", "--model", str(demo_ckpt), "--port", "0", "--config", str(cfg)], MESH_PREFIX,
                  timeout=240)

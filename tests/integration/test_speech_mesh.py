@@ -27,6 +27,8 @@ def speech_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = tmp_path_factory.mktemp("speech") / "mesh.yaml"
     cfg.write_text(yaml.safe_dump({
         "talker": {"enabled": True, "speech": {"max_frames": 48}},
+        "vision": {"enabled": False},
+        "audio": {"enabled": False},
         "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "token_flush_ms": 5.0}}}))
     return cfg
 

@@ -87,7 +87,7 @@ def test_configs_are_frozen() -> None:
 def test_defaults() -> None:
     cfg = MeshConfig()
     assert cfg.model == "demo" and cfg.thinker.enabled
-    assert not cfg.vision.enabled and not cfg.audio.enabled and not cfg.talker.enabled
+    assert cfg.vision.enabled and cfg.audio.enabled and cfg.talker.enabled  # `make serve` serves every stage
     assert cfg.gateway.server.port == 50051 and cfg.gateway.api_keys == ()
     assert cfg.stage("thinker") is cfg.thinker
     assert [cfg.stage(s) for s in STAGES] == [cfg.thinker, cfg.vision, cfg.audio, cfg.talker]
@@ -105,12 +105,12 @@ def test_from_dict_builds_nested_sections() -> None:
         "model": "/ckpt",
         "thinker": {"device": "cuda:1", "engine": {"max_num_seqs": 4, "max_batch_tokens": 256}},
         "gateway": {"api_keys": ["a", "b"], "server": {"port": 9000}},
-        "vision": {"enabled": True},
+        "vision": {"enabled": False},
     })
     assert cfg.model == "/ckpt" and cfg.thinker.device == "cuda:1"
     assert cfg.thinker.engine == EngineConfig(max_num_seqs=4, max_batch_tokens=256)
-    assert cfg.gateway.api_keys == ("a", "b") and cfg.gateway.server.port == 9000 and cfg.vision.enabled
-    assert cfg.audio == StageConfig(enabled=False)
+    assert cfg.gateway.api_keys == ("a", "b") and cfg.gateway.server.port == 9000 and not cfg.vision.enabled
+    assert cfg.audio == StageConfig()
 
 
 def test_from_dict_empty_section_takes_defaults() -> None:

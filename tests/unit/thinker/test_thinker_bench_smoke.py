@@ -1,0 +1,52 @@
+"""The Thinker benchmark end to end on CPU (`omnimesh bench --tiny`: engine-only, transformers, real gateway
+processes), and the random-weight checkpoint it writes for the gateway run at real dims."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from bench.thinker.random_model import random_state, write_checkpoint
+from gateway.cli.main import main as omnimesh
+from runtime.checkpoint.demo_config import demo_config
+from services.thinker.model import ThinkerConfig, ThinkerLM
+
+
+def test_tiny_bench_through_the_cli(tmp_path: Path) -> None:
+    out = tmp_path / "thinker.json"
+    code = omnimesh(["bench", "--tiny", "--out", str(out), "--concurrency", "1", "2", "--output-tokens", "5",
+                     "--long-prompt-tokens", "40", "--long-output-tokens", "3", "--long-requests", "1",
+                     "--hf-batches", "1", "--min-measured", "2", "--measured-per-stream", "1"])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert {"commit", "date", "device", "command", "workload", "engine", "gateway", "transformers",
+            "summary"} <= set(result)
+    assert result["command"].startswith("omnimesh bench --out") and " --tiny" in result["command"]
+    for mode in ("engine", "gateway"):
+        levels = result[mode]["levels"]
+        assert [lv["concurrency"] for lv in levels] == [1, 2]
+        for lv in levels:
+            assert lv["requests"] == 2 and lv["output_tok_s"] > 0 and lv["ttft_ms_p50"] > 0
+            assert all(r["tokens"] == 5 for r in lv["raw"])  # EOS ignored: every request runs to its length
+        assert result[mode]["long_prompt"]["requests"] == 1
+    assert result["engine"]["levels"][0]["decode_steps"]["steps"] > 0
+    assert [r["batch"] for r in result["transformers"]["runs"]] == [1]
+    assert "c1_over_transformers_b1" in result["summary"]["engine"]
+
+
+def test_random_checkpoint_loads_back_exactly(tmp_path: Path, demo_ckpt: Path) -> None:
+    config = demo_config()
+    cfg = ThinkerConfig.from_dict(config)
+    # the kernel path holds q/k/v_proj as views of one fused weight: each must still be saved on its own
+    model = ThinkerLM.from_state_dict(cfg, random_state(cfg, torch.device("cpu"), torch.float32, seed=3),
+                                      use_kernels=True)
+    nbytes = write_checkpoint(model, config, tmp_path / "ckpt", demo_ckpt, shard_bytes=1 << 20)
+    index = json.loads((tmp_path / "ckpt" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1 and nbytes == index["metadata"]["total_size"]
+    assert all(name.startswith("thinker.") for name in index["weight_map"])
+    loaded = ThinkerLM.load(tmp_path / "ckpt")
+    want = model.state_dict()
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, want[name]), name
+    assert (tmp_path / "ckpt" / "tokenizer.json").exists() and (tmp_path / "ckpt" / "chat_template.json").exists()
