@@ -27,7 +27,8 @@ class Mesh:
     def __init__(self, model_dir: Path, thinker: dict[str, Any], workdir: Path, log: TextIO,
                  ready_timeout_s: float) -> None:
         config = workdir / "bench_mesh.yaml"
-        config.write_text(yaml.safe_dump({"thinker": thinker}))
+        off = {"enabled": False}  # text->text: a thinker-only deployment
+        config.write_text(yaml.safe_dump({"thinker": thinker, "vision": off, "audio": off, "talker": off}))
         cmd = [sys.executable, "-m", "gateway.cli.main", "up", "--model", str(model_dir), "--config", str(config),
                "--port", "0", "--ready-timeout", str(ready_timeout_s)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
