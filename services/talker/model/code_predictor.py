@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from services.talker.model.config import CodePredictorConfig
-from services.talker.model.layers import RMSNorm, SwiGLU, apply_rope, attend, inv_frequencies, rope_cos_sin
+from services.talker.model.layers import QKNormAttention, RMSNorm, SwiGLU, attend, inv_frequencies, rope_cos_sin
 
 # (group g in 1..G-1, logits (B, V)) -> chosen codes (B,)
 PickFn = Callable[[int, torch.Tensor], torch.Tensor]
@@ -18,31 +18,18 @@ class Residuals(NamedTuple):
     embed_sum: torch.Tensor  # (B, dim): talker embedding of code 0 plus every residual's embedding
 
 
-class PredictorAttention(nn.Module):
+class PredictorAttention(QKNormAttention):
     def __init__(self, cfg: CodePredictorConfig) -> None:
-        super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        super().__init__(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps)
 
     def forward(
         self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], cache: list[torch.Tensor] | None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        b, t, _ = x.shape
-        # (B, T, heads*D) -> (B, heads, T, D)
-        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, *cos_sin), apply_rope(k, *cos_sin)
+        q, k, v = self.project(x, cos_sin)
         if cache is not None:
             k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
         # every row sits at the same position, so plain causal attention (prefill) or attend-all (one new token)
-        out = attend(q, k, v, None, causal=t > 1)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), [k, v]
+        return self.output(attend(q, k, v, None, causal=x.shape[1] > 1)), [k, v]
 
 
 class PredictorLayer(nn.Module):

@@ -33,6 +33,36 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class QKNormAttention(nn.Module):
+    """GQA projections with per-head RMSNorm on q and k before the rotation (talker and code predictor alike);
+    subclasses own the KV cache and the output projection's use."""
+
+    def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int, eps: float) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.q_proj = nn.Linear(hidden, num_heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, num_kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, num_kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden, bias=False)
+        self.q_norm = RMSNorm(head_dim, eps)
+        self.k_norm = RMSNorm(head_dim, eps)
+
+    def project(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, hidden) -> rotated q (B, H, T, D), rotated k and v (B, KVH, T, D)."""
+        b, t, _ = x.shape
+        # (B, T, heads*D) -> (B, heads, T, D); the q/k norms act per head before the rotation
+        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(q, *cos_sin), apply_rope(k, *cos_sin), v
+
+    def output(self, attended: torch.Tensor) -> torch.Tensor:
+        """attended (B, H, T, D) -> (B, T, hidden)."""
+        b, _, t, _ = attended.shape
+        return self.o_proj(attended.transpose(1, 2).reshape(b, t, -1))
+
+
 def inv_frequencies(head_dim: int, theta: float, device: torch.device | None = None) -> torch.Tensor:
     """The head_dim/2 rotary frequencies 1/theta^(2i/d), fp32."""
     return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))

@@ -8,7 +8,7 @@ from torch import nn
 from services.talker.model.config import TalkerLMConfig
 from services.talker.model.kv import KVPool, causal_mask
 from services.talker.model.layers import (
-    RMSNorm, apply_rope, attend, inv_frequencies, mrope_axis_of_frequency, mrope_cos_sin,
+    QKNormAttention, RMSNorm, attend, inv_frequencies, mrope_axis_of_frequency, mrope_cos_sin,
 )
 from services.talker.model.moe import TalkerMoE
 
@@ -25,16 +25,9 @@ class ResizeMLP(nn.Module):
         return self.linear_fc2(F.silu(self.linear_fc1(x)))
 
 
-class TalkerAttention(nn.Module):
+class TalkerAttention(QKNormAttention):
     def __init__(self, cfg: TalkerLMConfig) -> None:
-        super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        super().__init__(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps)
 
     def forward(
         self,
@@ -46,16 +39,10 @@ class TalkerAttention(nn.Module):
         start: torch.Tensor,
         mask: torch.Tensor,
     ) -> torch.Tensor:
-        b, t, _ = x.shape
-        # (B, T, heads*D) -> (B, heads, T, D); the q/k norms act per head before the rotation
-        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, *cos_sin), apply_rope(k, *cos_sin)
+        q, k, v = self.project(x, cos_sin)
         kv.write(layer, slots, start, k, v)
         k_all, v_all = kv.read(layer, slots, mask.shape[-1])
-        out = attend(q, k_all, v_all, mask)  # (B, H, T, D)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        return self.output(attend(q, k_all, v_all, mask))
 
 
 class TalkerLayer(nn.Module):
