@@ -14,12 +14,15 @@ import argparse
 import gc
 import json
 import logging
+import os
 import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -72,7 +75,10 @@ def provenance(args: argparse.Namespace, device: torch.device) -> dict[str, Any]
         versions.update(triton=triton.__version__, transformers=transformers.__version__)
     except ImportError:
         pass
-    return {"commit": git.stdout.strip(), "uncommitted_changes": bool(dirty.stdout.strip()),
+    commit = git.stdout.strip()
+    if len(commit) != 40:  # a copy without git history (the GPU machine): the caller names it
+        commit = os.environ.get("OMNIMESH_COMMIT", "unknown: no git history here; set OMNIMESH_COMMIT")
+    return {"commit": commit, "uncommitted_changes": bool(dirty.stdout.strip()),
             "date": datetime.now(timezone.utc).isoformat(), "device": name, "versions": versions,
             "command": command_line(args.prog, args)}
 
@@ -186,7 +192,9 @@ class Bench:
             return
         need = decode_step_bytes(self.cfg, steps["rows"], steps["kv_tokens_p50"])
         floor_ms = need["total"] / bw * 1e3
-        steps.update(hbm_bytes=need["total"], hbm_floor_ms=floor_ms, experts_per_layer=need["experts_per_layer"],
+        # the floor assumes uniform routing; a model routing rows to shared experts reads less (ratio can pass 1)
+        steps.update(hbm_bytes=need["total"], hbm_floor_ms=floor_ms,
+                     experts_per_layer_if_uniform=need["experts_per_layer"],
                      roofline_ratio_step=floor_ms / steps["step_ms_p50"],
                      roofline_ratio_model=floor_ms / steps["model_ms_p50"])
 
@@ -301,39 +309,42 @@ def free_cuda() -> None:
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    """Each phase that fails is recorded under "errors" and the run goes on, so one broken phase costs only itself."""
     bench = Bench(args)
     phases: dict[str, float] = {}
-    bench.result["phase_s"] = phases
+    errors: dict[str, str] = {}
+    bench.result.update(phase_s=phases, errors=errors)
     bench.save()
-    clock = time.perf_counter()
 
-    def lap(name: str) -> None:
-        nonlocal clock
-        phases[name] = time.perf_counter() - clock
-        clock = time.perf_counter()
+    def phase(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001 - recorded in the result; the other phases still run
+            errors[name] = traceback.format_exc()
+            log.exception("phase %s failed", name)
+            return None
+        finally:
+            phases[name] = time.perf_counter() - t0
+            bench.save()
 
     if bench.device.type == "cuda":
         bench.result["copy_bandwidth_Bps"] = copy_bandwidth(bench.device)
     model_dir = args.model or (bench.template_dir if args.tiny else None)
     if "engine" in args.modes or ("gateway" in args.modes and model_dir is None):
-        model = bench.load_model()
-        lap("model")
-        if "engine" in args.modes:
-            bench.run_engine(model)
-            lap("engine")
-        if "gateway" in args.modes and model_dir is None:
-            model_dir = bench.write_random_checkpoint(model)
-            lap("checkpoint")
+        model = phase("model", bench.load_model)
+        if model is not None and "engine" in args.modes:
+            phase("engine", lambda: bench.run_engine(model))
+        if model is not None and "gateway" in args.modes and model_dir is None:
+            model_dir = phase("checkpoint", lambda: bench.write_random_checkpoint(model))
         del model
         free_cuda()
     if not args.skip_hf:
-        bench.run_hf()
+        phase("transformers", bench.run_hf)
         free_cuda()
-        lap("transformers")
     try:
-        if "gateway" in args.modes:
-            bench.run_gateway(model_dir)
-            lap("gateway")
+        if "gateway" in args.modes and model_dir is not None:
+            phase("gateway", lambda: bench.run_gateway(model_dir))
     finally:
         if "checkpoint" in bench.result:
             shutil.rmtree(bench.result["checkpoint"]["dir"], ignore_errors=True)

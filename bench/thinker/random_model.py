@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
-
 from runtime.checkpoint.demo_config import demo_config
 from services.thinker.model import ThinkerConfig, ThinkerLM
 
@@ -69,9 +69,9 @@ def checkpoint_name(name: str) -> str:
 
 
 def write_checkpoint(model: ThinkerLM, config: dict[str, Any], out_dir: Path, template_dir: Path,
-                     shard_bytes: int = 4 << 30) -> int:
+                     shard_bytes: int = 2 << 30, workers: int = 8) -> int:
     """Write `model`'s weights (thinker.* only) as safetensors shards + index, `config`, and the template dir's
-    tokenizer and processor files. Shards are written one at a time, so host memory holds one shard. -> bytes."""
+    tokenizer and processor files. Each shard's tensors reach the host one at a time. -> bytes written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in COPIED_FILES:
         if (template_dir / name).exists():
@@ -87,16 +87,38 @@ def write_checkpoint(model: ThinkerLM, config: dict[str, Any], out_dir: Path, te
             size = 0
         shards[-1].append(name)
         size += nbytes
-    weight_map: dict[str, str] = {}
-    total = 0
-    for i, names in enumerate(shards):
-        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        # .cpu() gives each tensor its own storage: q/k/v_proj are views of one fused weight on the GPU path
-        tensors = {checkpoint_name(n): state[n].detach().to("cpu", copy=True).contiguous() for n in names}
-        save_file(tensors, str(out_dir / file), metadata={"format": "pt"})
-        total += sum(t.numel() * t.element_size() for t in tensors.values())
-        weight_map.update({k: file for k in tensors})
-        del tensors
+    files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    jobs = [({checkpoint_name(n): state[n] for n in names}, out_dir / file) for names, file in zip(shards, files)]
+    # shards in parallel: device-to-host copies and file writes release the GIL, and one stream of them runs at
+    # ~1 GB/s (61 GB took 64 s on the H200 machine)
+    with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        total = sum(pool.map(lambda job: write_safetensors(*job), jobs))
+    weight_map = {name: file for (tensors, _), file in zip(jobs, files) for name in tensors}
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     return total
+
+
+def write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> int:
+    """The safetensors layout (u64 header size, JSON header padded to 8 bytes, raw data in header order), streamed
+    from device tensors one by one: no whole-shard host buffer and no extra copy, unlike save_file. -> data bytes."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-(len(raw) + 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for t in tensors.values():
+            # .cpu() gives each tensor its own bytes: q/k/v_proj are views of one fused weight on the GPU path
+            host = t.detach().to("cpu").contiguous()
+            f.write(host.view(torch.uint8).numpy().data if host.numel() else b"")
+    return offset
+
+
+_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.int64: "I64",
+           torch.int32: "I32"}

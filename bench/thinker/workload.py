@@ -29,7 +29,8 @@ class PromptMaker:
     def __init__(self, model_dir: Path, num_tokens: int) -> None:
         self.tokenizer = Tokenizer.from_dir(model_dir)
         self.template = load_chat_template(model_dir)
-        self.words = [w for w in WORDS if len(self.tokenizer.encode(" " + w)) == 1]
+        # one token with and without the leading space: the first word of the message has none
+        self.words = [w for w in WORDS if len(self.tokenizer.encode(" " + w)) == len(self.tokenizer.encode(w)) == 1]
         overhead = len(self._ids(""))
         if num_tokens <= overhead:
             raise ValueError(f"prompt of {num_tokens} tokens: the chat template alone takes {overhead}")
@@ -40,14 +41,15 @@ class PromptMaker:
         return build_prompt_ids(self.tokenizer, self.template, [ChatMessage("user", [TextPart(text)])], []).ids
 
     def make(self, index: int) -> Prompt:
-        rng = random.Random(index)
         first = self.words[index % len(self.words)]
-        words = [first] + [rng.choice(self.words) for _ in range(self.num_words - 1)]
-        text = "".join(" " + w for w in words).strip()
-        ids = self._ids(text)
-        if len(ids) != self.num_tokens:
-            raise AssertionError(f"prompt {index} has {len(ids)} tokens, expected {self.num_tokens}")
-        return Prompt(text, ids)
+        for attempt in range(20):  # words never merge across spaces in this BPE; the retry is a safety net
+            rng = random.Random(index * 1000 + attempt)
+            words = [first] + [rng.choice(self.words) for _ in range(self.num_words - 1)]
+            text = " ".join(words)
+            ids = self._ids(text)
+            if len(ids) == self.num_tokens:
+                return Prompt(text, ids)
+        raise ValueError(f"could not make prompt {index} of exactly {self.num_tokens} tokens (got {len(ids)})")
 
 
 @dataclass

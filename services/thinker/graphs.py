@@ -34,7 +34,7 @@ class CaptureRecord:
     kind: str  # "decode" | "prefill"
     size: int  # rows (decode) or tokens (prefill)
     seconds: float
-    memory_bytes: int  # device memory the capture took (free memory before minus after)
+    memory_bytes: int  # memory the caching allocator reserved for it (graph pool and warm-up), shared pool included
 
 
 @dataclass
@@ -193,7 +193,7 @@ class StepGraphs:
     def _capture_one(self, g: StepGraph) -> CaptureRecord:
         t0 = time.perf_counter()
         torch.cuda.synchronize()
-        free_before = torch.cuda.mem_get_info(self.device)[0]
+        reserved = torch.cuda.memory_reserved(self.device)
         empty = torch.empty(3, 0, dtype=torch.int64)
         self.prepare(g, [], empty, [], [], [])  # all padding: warm-up and capture write only the scratch block
         side = torch.cuda.Stream(self.device)
@@ -207,5 +207,5 @@ class StepGraphs:
             g.hidden = self.forward(g.ids, g.positions, g.ctx)
         g.graph = graph
         torch.cuda.synchronize()
-        used = free_before - torch.cuda.mem_get_info(self.device)[0]
+        used = torch.cuda.memory_reserved(self.device) - reserved
         return CaptureRecord(g.kind, g.num_tokens, time.perf_counter() - t0, used)

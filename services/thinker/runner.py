@@ -6,11 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.attention import build_attention_context
+from runtime.attention import AttentionContext, build_attention_context
 from runtime.attention.kv_cache import allocate_kv_cache
 from runtime.engine.scheduler import ScheduledBatch, ScheduledRow
 from runtime.engine.sequence import Sequence
-from runtime.attention import AttentionContext
 from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraphs
 from services.thinker.model import DeepstackInput, ThinkerLM
 from services.thinker.request import ThinkerRequest
@@ -52,7 +51,7 @@ class ThinkerRunner:
             with torch.inference_mode():
                 self.capture_records = self.graphs.capture()
             for r in self.capture_records:
-                log.info("thinker: captured %s graph of %d %s in %.2f s, %.1f MiB", r.kind, r.size,
+                log.info("thinker: captured %s graph of %d %s in %.2f s, %.1f MiB reserved", r.kind, r.size,
                          "rows" if r.kind == "decode" else "tokens", r.seconds, r.memory_bytes / 2**20)
             if self.capture_records:
                 log.info("thinker: %d CUDA graphs, %.1f MiB in all", len(self.capture_records),

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from bench.thinker.random_model import random_state, write_checkpoint
+from bench.thinker.workload import PromptMaker
 from gateway.cli.main import main as omnimesh
 from runtime.checkpoint.demo_config import demo_config
 from services.thinker.model import ThinkerConfig, ThinkerLM
@@ -30,7 +31,7 @@ def test_tiny_bench_through_the_cli(tmp_path: Path) -> None:
             assert lv["requests"] == 2 and lv["output_tok_s"] > 0 and lv["ttft_ms_p50"] > 0
             assert all(r["tokens"] == 5 for r in lv["raw"])  # EOS ignored: every request runs to its length
         assert result[mode]["long_prompt"]["requests"] == 1
-    assert result["engine"]["levels"][0]["decode_steps"]["steps"] > 0
+    assert result["errors"] == {} and result["engine"]["levels"][0]["decode_steps"]["steps"] > 0
     assert [r["batch"] for r in result["transformers"]["runs"]] == [1]
     assert "c1_over_transformers_b1" in result["summary"]["engine"]
 
@@ -50,3 +51,12 @@ def test_random_checkpoint_loads_back_exactly(tmp_path: Path, demo_ckpt: Path) -
     for name, tensor in loaded.state_dict().items():
         assert torch.equal(tensor, want[name]), name
     assert (tmp_path / "ckpt" / "tokenizer.json").exists() and (tmp_path / "ckpt" / "chat_template.json").exists()
+
+
+def test_prompts_have_exactly_the_asked_length(demo_ckpt: Path) -> None:
+    for length in (32, 1024):
+        maker = PromptMaker(demo_ckpt, length)
+        prompts = [maker.make(i) for i in range(0, 200, 7 if length == 32 else 37)]
+        assert all(len(p.token_ids) == length for p in prompts)
+        # distinct first words, so no two prompts share a cached prefix block
+        assert len({p.token_ids[3] for p in prompts}) == min(len(prompts), len(maker.words))
