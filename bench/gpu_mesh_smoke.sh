@@ -5,6 +5,7 @@ cat > /tmp/gpu_mesh.yaml <<'YAML'
 thinker: {device: cuda, dtype: bfloat16}
 vision: {enabled: true, device: cuda, dtype: bfloat16}
 audio: {enabled: true, device: cuda, dtype: bfloat16}
+talker: {enabled: true, device: cuda, dtype: bfloat16}
 YAML
 python3 -m gateway.cli.main up --model demo --port 50051 --config /tmp/gpu_mesh.yaml > "$OUT/mesh_up.log" 2>&1 &
 UP=$!
