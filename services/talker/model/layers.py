@@ -1,23 +1,11 @@
-"""Small building blocks shared by the talker's three networks: RMSNorm, SwiGLU, rotary embeddings, GQA attention."""
+"""Small building blocks shared by the talker's three networks: SwiGLU, rotary embeddings, GQA attention."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-class RMSNorm(nn.Module):
-    """RMSNorm computed in fp32 and cast back before the weight, as the checkpoint was trained."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+from runtime.layers.rms_norm import RMSNorm  # re-exported: the talker's networks import it from here
 
 
 class SwiGLU(nn.Module):

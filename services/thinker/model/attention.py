@@ -14,7 +14,7 @@ from runtime.attention import AttentionContext, paged_attention
 from runtime.kernels import qk_norm_rope
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.kernel_path import rope_kernel_fits
-from services.thinker.model.norm import RMSNorm
+from runtime.layers.rms_norm import RMSNorm
 from services.thinker.model.rope import apply_rope
 
 

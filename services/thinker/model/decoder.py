@@ -10,7 +10,7 @@ from services.thinker.model.attention import AttentionBackend, ThinkerAttention
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.mlp import DenseMLP
 from services.thinker.model.moe import SparseMoE
-from services.thinker.model.norm import RMSNorm
+from runtime.layers.rms_norm import RMSNorm
 
 
 class DecoderLayer(nn.Module):

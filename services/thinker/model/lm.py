@@ -19,7 +19,7 @@ from services.thinker.model.checkpoint import load_thinker_state_dict
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.decoder import DecoderLayer
 from services.thinker.model.kernel_path import kernel_attention, kernels_available
-from services.thinker.model.norm import RMSNorm
+from runtime.layers.rms_norm import RMSNorm
 from services.thinker.model.rope import MRoPE
 
 

@@ -1,4 +1,4 @@
-"""RMSNorm as the Thinker uses it: normalise in fp32, cast back, then scale."""
+"""RMSNorm as Qwen3-Omni uses it everywhere: normalise in fp32, cast back, then scale."""
 from __future__ import annotations
 
 import torch

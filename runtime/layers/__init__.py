@@ -1,0 +1,1 @@
+"""Model building blocks several stages share (each stage still loads only its own weights)."""
