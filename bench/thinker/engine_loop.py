@@ -10,11 +10,10 @@ import torch
 
 from bench.thinker.workload import RequestRecord, summarize
 from runtime.config import EngineConfig
-from runtime.engine.block_manager import BlockManager
 from runtime.engine.engine import Engine
-from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
+from runtime.engine.scheduler import ScheduledBatch
 from runtime.engine.sequence import Sequence
-from services.thinker.graphs import GraphSettings
+from services.thinker.build import build_engine as build_thinker_engine
 from services.thinker.model import ThinkerLM
 from services.thinker.runner import ThinkerRunner
 
@@ -50,17 +49,8 @@ class StepRecord:
 
 
 def build_engine(model: ThinkerLM, eng: EngineConfig, device: torch.device, dtype: torch.dtype) -> Engine:
-    """What services/thinker/build.py assembles, minus the server: KV cache sized from `eng`, graphs captured."""
-    per_block = ThinkerRunner.kv_bytes_per_block(model, eng.block_size, dtype)
-    num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
-    capacity = num_blocks * eng.block_size
-    max_model_len = min(model.cfg.max_position_embeddings, eng.max_model_len or capacity, capacity)
-    graphs = GraphSettings(eng.graph_decode_buckets, eng.prefill_token_buckets, eng.max_num_seqs,
-                           max_model_len) if eng.cuda_graphs else None
-    runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs)
-    scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len),
-                          BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache))
-    return Engine(scheduler, TimedRunner(runner))
+    """What the thinker stage runs (services/thinker/build.py), minus the server, with every step timed."""
+    return build_thinker_engine(model, eng, device, dtype, wrap_runner=TimedRunner).engine
 
 
 def closed_loop(engine: Engine, make_seq: Callable[[int], Sequence], concurrency: int, warmup: int,

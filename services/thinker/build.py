@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 from pathlib import Path
 
 import torch
 
 from omnimesh.v1 import common_pb2, thinker_pb2_grpc
 from runtime.build_info import build_string
-from runtime.config import MeshConfig
+from runtime.config import EngineConfig, MeshConfig
 from runtime.engine.async_engine import AsyncEngine
 from runtime.engine.block_manager import BlockManager
-from runtime.engine.engine import Engine
+from runtime.engine.engine import Engine, ModelRunner
 from runtime.engine.scheduler import Scheduler, SchedulerLimits
 from runtime.engine.step_metrics import bind_engine_metrics
 from runtime.server import StageServer
@@ -27,12 +28,17 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "omnimesh.v1.Thinker"
 
 
-def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> tuple[ThinkerService, ThinkerLM]:
-    stage = mesh.thinker
-    eng = stage.engine
-    device = torch.device(stage.device)
-    dtype = getattr(torch, stage.dtype)
-    model = ThinkerLM.load(model_dir, device=device, dtype=dtype)
+class EngineParts(NamedTuple):
+    engine: Engine
+    scheduler: Scheduler
+    max_model_len: int  # the checkpoint's context, capped by what the KV cache holds
+    num_blocks: int
+    block_bytes: int
+
+
+def build_engine(model: ThinkerLM, eng: EngineConfig, device: torch.device, dtype: torch.dtype,
+                 wrap_runner: Callable[[ThinkerRunner], ModelRunner] = lambda runner: runner) -> EngineParts:
+    """The KV cache sized from `eng`, CUDA graphs captured when asked, the scheduler and the engine."""
     per_block = ThinkerRunner.kv_bytes_per_block(model, eng.block_size, dtype)
     num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
     capacity = num_blocks * eng.block_size
@@ -42,11 +48,21 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs)
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len),
                           BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache))
-    tokenizer = Tokenizer.from_dir(model_dir)
-    engine = AsyncEngine(Engine(scheduler, runner), on_step=bind_engine_metrics(server.metrics, scheduler))
-    service = ThinkerService(engine, tokenizer, server.metrics, max_model_len, eng.token_flush_ms / 1000)
-    log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", num_blocks,
-             eng.block_size, num_blocks * per_block / 2**20, max_model_len, device, stage.dtype,
+    return EngineParts(Engine(scheduler, wrap_runner(runner)), scheduler, max_model_len, num_blocks, per_block)
+
+
+def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> tuple[ThinkerService, ThinkerLM]:
+    stage = mesh.thinker
+    eng = stage.engine
+    device = torch.device(stage.device)
+    dtype = getattr(torch, stage.dtype)
+    model = ThinkerLM.load(model_dir, device=device, dtype=dtype)
+    parts = build_engine(model, eng, device, dtype)
+    engine = AsyncEngine(parts.engine, on_step=bind_engine_metrics(server.metrics, parts.scheduler))
+    service = ThinkerService(engine, Tokenizer.from_dir(model_dir), server.metrics, parts.max_model_len,
+                             eng.token_flush_ms / 1000)
+    log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", parts.num_blocks,
+             eng.block_size, parts.num_blocks * parts.block_bytes / 2**20, parts.max_model_len, device, stage.dtype,
              "kernel" if model.use_kernels else "reference")
     return service, model
 

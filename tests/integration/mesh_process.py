@@ -94,3 +94,15 @@ def metric_value(text: str, name: str, **labels: str) -> float:
     if not found:
         raise KeyError(f"{name}{labels} not in the exposition")
     return total
+
+
+def start_stage(stage: str, model_dir: Path, mesh: dict, workdir: Path, timeout: float = 120.0) -> Proc:
+    """`python -m services.<stage>` alone on free ports, with `mesh` (a mesh-config dict) as its YAML."""
+    import yaml
+
+    from runtime.server import READY_PREFIX
+
+    config = workdir / "mesh.yaml"
+    config.write_text(yaml.safe_dump(mesh))
+    return start([sys.executable, "-m", f"services.{stage}", "--model", str(model_dir), "--config", str(config),
+                  "--port", "0", "--metrics-port", "0", "--replica", f"{stage}-test"], READY_PREFIX, timeout=timeout)

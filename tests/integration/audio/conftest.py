@@ -6,13 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
-from runtime.server import READY_PREFIX
 from services.audio.features import LogMelExtractor, MelConfig
 from services.audio.model import AudioEncoder
-from tests.integration.conftest import python_module
-from tests.integration.mesh_process import Proc, start
+from tests.integration.mesh_process import Proc, start_stage
 
 # A long batch window so concurrent test requests reliably share a forward on a busy 2-core machine; a small
 # request cap (in mel frames, 100 per second) so the limit is cheap to reach.
@@ -24,10 +21,7 @@ AUDIO_MESH = {"audio": {"enabled": True, "encoder": {
 
 @pytest.fixture(scope="session")
 def audio_stage(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
-    config = tmp_path_factory.mktemp("audio") / "mesh.yaml"
-    config.write_text(yaml.safe_dump(AUDIO_MESH))
-    proc = start(python_module("services.audio", "--model", str(demo_ckpt), "--config", str(config), "--port", "0",
-                               "--metrics-port", "0", "--replica", "audio-test"), READY_PREFIX, timeout=120)
+    proc = start_stage("audio", demo_ckpt, AUDIO_MESH, tmp_path_factory.mktemp("audio"))
     yield proc
     assert proc.stop() == 0
 

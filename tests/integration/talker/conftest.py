@@ -5,12 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from runtime.server import READY_PREFIX
 from services.talker.model.load import TalkerModel, load_talker_model
-from tests.integration.conftest import python_module
-from tests.integration.mesh_process import Proc, start
+from tests.integration.mesh_process import Proc, start_stage
 
 # Small everything: the demo talker is tiny and the test machine has 2 cores. Chunks of 4 then 8 frames so a
 # 24-frame answer streams as several chunks.
@@ -25,10 +22,7 @@ TALKER_MESH = {"talker": {"enabled": True, "speech": {
 
 @pytest.fixture(scope="session")
 def talker_stage(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
-    config = tmp_path_factory.mktemp("talker") / "mesh.yaml"
-    config.write_text(yaml.safe_dump(TALKER_MESH))
-    proc = start(python_module("services.talker", "--model", str(demo_ckpt), "--config", str(config), "--port", "0",
-                               "--metrics-port", "0", "--replica", "talker-test"), READY_PREFIX, timeout=120)
+    proc = start_stage("talker", demo_ckpt, TALKER_MESH, tmp_path_factory.mktemp("talker"))
     yield proc
     assert proc.stop() == 0
 

@@ -6,12 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
-from runtime.server import READY_PREFIX
 from services.vision.encoder import VisionEncoder
-from tests.integration.conftest import python_module
-from tests.integration.mesh_process import Proc, start
+from tests.integration.mesh_process import Proc, start_stage
 
 # A long batch window so concurrent test requests reliably share a forward on a busy 2-core machine;
 # small caps so the limit checks are cheap to reach.
@@ -23,10 +20,7 @@ VISION_MESH = {"vision": {"enabled": True, "encoder": {
 
 @pytest.fixture(scope="session")
 def vision_stage(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
-    config = tmp_path_factory.mktemp("vision") / "mesh.yaml"
-    config.write_text(yaml.safe_dump(VISION_MESH))
-    proc = start(python_module("services.vision", "--model", str(demo_ckpt), "--config", str(config), "--port", "0",
-                               "--metrics-port", "0", "--replica", "vision-test"), READY_PREFIX, timeout=120)
+    proc = start_stage("vision", demo_ckpt, VISION_MESH, tmp_path_factory.mktemp("vision"))
     yield proc
     assert proc.stop() == 0
 
