@@ -13,7 +13,7 @@ from runtime.errors import OmniError
 from runtime.logs import request_id_var
 from gateway.auth import check_api_key
 from gateway.chat_input import chat_input_from_pb
-from gateway.service import ChatEventOut, DoneEvent, OmniService, TextEvent, UsageEvent
+from gateway.service import ChatEventOut, OmniService, TextEvent, UsageEvent
 from gateway.speech import AudioEvent, ErrorEvent
 
 

@@ -11,7 +11,6 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from omnimesh.v1 import common_pb2, talker_pb2, thinker_pb2
-from runtime.checkpoint import token_ids as T
 from tests.integration.mesh_process import Proc
 from tests.integration.talker.conftest import MAX_PROMPT_TOKENS
 from tests.integration.talker.talker_calls import (
