@@ -260,7 +260,7 @@ def _tuples_to_lists(value: Any) -> Any:
 
 
 def load_mesh_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> MeshConfig:
-    """Reads the YAML at `path` (defaults when None) and applies dotted-key overrides, e.g. {"thinker.device": "cuda"}."""
+    """The YAML at `path` (defaults when None) with dotted-key overrides applied, e.g. {"thinker.device": "cuda"}."""
     data: dict[str, Any] = {}
     if path is not None:
         loaded = yaml.safe_load(Path(path).read_text())

@@ -28,7 +28,8 @@ def resolve_sampling(pb: common_pb2.SamplingParams, defaults: SamplingDefaults, 
     frequency = get("frequency_penalty", 0.0)
     max_tokens = int(get("max_tokens", defaults.max_tokens))
     checks = [
-        (temperature >= 0 and temperature == temperature, "temperature", f"is {temperature}; must be >= 0 (0 is greedy)"),
+        (temperature >= 0 and temperature == temperature, "temperature",  # NaN != NaN
+         f"is {temperature}; must be >= 0 (0 is greedy)"),
         (top_k >= 0, "top_k", f"is {top_k}; must be >= 0 (0 disables)"),
         (0 < top_p <= 1, "top_p", f"is {top_p}; must be in (0, 1]"),
         (0 <= min_p <= 1, "min_p", f"is {min_p}; must be in [0, 1]"),

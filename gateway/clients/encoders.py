@@ -44,7 +44,8 @@ class _EdgeMeter:
         self._m.get("omnimesh_edge_seconds_total", from_stage=self._stage, to_stage="gateway").inc(seconds)
 
 
-async def _stream(call: grpc.aio.StreamStreamCall, stage: str, meter: _EdgeMeter, field: str) -> dict[str, torch.Tensor]:
+async def _stream(call: grpc.aio.StreamStreamCall, stage: str, meter: _EdgeMeter,
+                  field: str) -> dict[str, torch.Tensor]:
     """Reads every embeddings chunk of an Encode call into whole tensors by name."""
     assembler = TensorAssembler(field)
     out: dict[str, torch.Tensor] = {}

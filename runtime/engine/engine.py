@@ -104,7 +104,8 @@ class Engine:
             events.append(TokenEvent(
                 seq, result.token_ids[i],
                 result.logprobs[i] if result.logprobs is not None and seq.sampling.logprobs else None,
-                result.top_ids[i][: seq.sampling.top_logprobs] if result.top_ids and seq.sampling.top_logprobs else None,
+                result.top_ids[i][: seq.sampling.top_logprobs]
+                if result.top_ids and seq.sampling.top_logprobs else None,
                 result.top_logprobs[i][: seq.sampling.top_logprobs]
                 if result.top_logprobs and seq.sampling.top_logprobs else None,
                 seq.finish_reason,

@@ -64,7 +64,8 @@ class ThinkerRunner:
     @staticmethod
     def kv_bytes_per_block(model: ThinkerLM, block_size: int, dtype: torch.dtype) -> int:
         cfg = model.cfg
-        return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size()
+        element = torch.empty((), dtype=dtype).element_size()
+        return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * element
 
     def release(self, seq: Sequence) -> None:
         pass  # all per-sequence state lives in its payload and block table

@@ -41,7 +41,8 @@ async def read_generate_input(requests: AsyncIterator[thinker_pb2.GenerateReques
     positions = prompt_positions(ids, grids, cfg)
     sampling = resolve_sampling(start.sampling, defaults, "start.sampling", max_tokens_cap=max_model_len - len(ids))
     request = ThinkerRequest(positions.positions, positions.rope_delta, media,
-                             capture_talker_states=start.return_talker_conditioning and cfg.accept_hidden_layer is not None)
+                             capture_talker_states=(start.return_talker_conditioning
+                                                    and cfg.accept_hidden_layer is not None))
     return GenerateInput(start.request_id, ids, sampling, request)
 
 
@@ -91,7 +92,8 @@ def _media_input(i: int, span: thinker_pb2.MediaSpan, ids: list[int], tensors: d
     if kind != "audio_in_video":
         emb = _expect(tensors, f"media.{i}.embeddings", (span.length, hidden))
         deepstack = [] if kind == "audio" else [
-            _expect(tensors, f"media.{i}.deepstack.{k}", (span.length, hidden)).float() for k in range(cfg.num_deepstack)]
+            _expect(tensors, f"media.{i}.deepstack.{k}", (span.length, hidden)).float()
+            for k in range(cfg.num_deepstack)]
         return MediaInput(kind, span.offset, span.length, tuple(span.grid_thw), span.second_per_grid,
                           span.content_hash, emb.float(), deepstack)
     # Interleaved: video rows take the vision embeddings (and deepstack) in order, audio rows the sound track's.

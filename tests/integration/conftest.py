@@ -16,8 +16,8 @@ TEST_MESH = {
     "audio": {"enabled": False},
     "talker": {"enabled": False},
     "gateway": {"stage_timeout_s": 3.0},
-    "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "max_model_len": 1024, "max_num_seqs": 8, "max_batch_tokens": 512,
-                           "token_flush_ms": 5.0}},
+    "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "max_model_len": 1024, "max_num_seqs": 8,
+                           "max_batch_tokens": 512, "token_flush_ms": 5.0}},
 }
 
 

@@ -74,7 +74,8 @@ def test_concurrent_streams_share_engine_steps(gateway_addr: str, mesh: Proc) ->
 def test_cli_error_is_a_json_line_and_a_failing_exit_code(gateway_addr: str) -> None:
     code, events = chat_json(gateway_addr, "Hello", "--top-p", "0")
     assert code != 0
-    assert events == [{"type": "error", "code": "INVALID_ARGUMENT", "message": "sampling.top_p: is 0.0; must be in (0, 1]",
+    assert events == [{"type": "error", "code": "INVALID_ARGUMENT",
+                       "message": "sampling.top_p: is 0.0; must be in (0, 1]",
                        "field_violations": [{"field": "sampling.top_p", "description": "is 0.0; must be in (0, 1]"}]}]
 
 

@@ -80,7 +80,8 @@ def test_every_series_moves_under_real_traffic(full_mesh: Proc) -> None:
                     peaks[stage][k] = max(v, peaks[stage].get(k, 0.0))
             time.sleep(0.05)
 
-    media = [omni_pb2.ContentPart(image=omni_pb2.Media(data=png())), omni_pb2.ContentPart(audio=omni_pb2.Media(data=wav(1.0))),
+    media = [omni_pb2.ContentPart(image=omni_pb2.Media(data=png())),
+             omni_pb2.ContentPart(audio=omni_pb2.Media(data=wav(1.0))),
              omni_pb2.ContentPart(text="Describe both, out loud.")]
     request = omni_pb2.ChatRequest(
         messages=[omni_pb2.Message(role="user", content=media)],
