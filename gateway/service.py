@@ -77,6 +77,28 @@ class OmniService:
         self.check_served(chat)
         if chat.want_audio and chat.voice and chat.voice.lower() not in (voices := await self.voices()):
             raise InvalidArgument("voice", f"unknown voice {chat.voice!r}; this deployment speaks {', '.join(voices)}")
+        prompt = await self._thinker_prompt(chat, timeout)
+        stream = self.thinker.generate(prompt, chat.sampling, want_conditioning=chat.want_audio, timeout=timeout)
+        if chat.want_audio:
+            assert self.talker is not None
+            setup = SpeakSetup(chat.request_id, chat.voice.lower(), prompt.token_ids, prompt.media, chat.return_codes,
+                               chat.speech_sampling)
+            stream = speak_along(stream, self.talker, setup, self.metrics, t0, timeout)
+        clock = TextClock(self.metrics, t0)
+        async for out in stream:
+            if isinstance(out, TextChunk):
+                clock.arrived(len(out.token_ids))
+                yield TextEvent(out.text, out.token_ids, out.logprobs)
+            elif isinstance(out, ThinkerDone):
+                self.metrics.get("omnimesh_prompt_tokens_total").inc(out.usage.prompt_tokens)
+                self.metrics.get("omnimesh_generation_tokens_total").inc(out.usage.completion_tokens)
+                yield UsageEvent(out.usage)
+                yield DoneEvent(out.finish_reason)
+            else:
+                yield out  # AudioEvent or ErrorEvent
+
+    async def _thinker_prompt(self, chat: ChatInput, timeout: float | None) -> ThinkerPrompt:
+        """Media decoded, the prompt laid out and checked against the context, the media encoded."""
         decoded = await self.media.decode(chat.media, chat.use_audio_in_video)
         prompt = self.prompts.build(chat, decoded)
         context_len = await self.max_model_len()
@@ -85,31 +107,24 @@ class OmniService:
                                   f"{context_len} tokens and must leave room for at least one new token")
         encoded = await self.media.encode(chat.request_id, decoded, timeout) if decoded else []
         spans, tensors = thinker_media(prompt.spans, decoded, encoded)
-        thinker_prompt = ThinkerPrompt(chat.request_id, prompt.ids, spans, tensors, chat.use_audio_in_video)
-        stream = self.thinker.generate(thinker_prompt, chat.sampling, want_conditioning=chat.want_audio,
-                                       timeout=timeout)
-        if chat.want_audio:
-            assert self.talker is not None
-            setup = SpeakSetup(chat.request_id, chat.voice.lower(), prompt.ids, spans, chat.return_codes,
-                               chat.speech_sampling)
-            stream = speak_along(stream, self.talker, setup, self.metrics, t0, timeout)
-        last = None
-        m = self.metrics
-        async for out in stream:
-            if isinstance(out, TextChunk):
-                now = time.monotonic()
-                if last is None:
-                    m.get("omnimesh_time_to_first_token_seconds").observe(now - t0)
-                elif out.token_ids:
-                    gap = (now - last) / len(out.token_ids)
-                    for _ in out.token_ids:
-                        m.get("omnimesh_inter_token_latency_seconds").observe(gap)
-                last = now
-                yield TextEvent(out.text, out.token_ids, out.logprobs)
-            elif isinstance(out, ThinkerDone):
-                m.get("omnimesh_prompt_tokens_total").inc(out.usage.prompt_tokens)
-                m.get("omnimesh_generation_tokens_total").inc(out.usage.completion_tokens)
-                yield UsageEvent(out.usage)
-                yield DoneEvent(out.finish_reason)
-            else:
-                yield out  # AudioEvent or ErrorEvent
+        return ThinkerPrompt(chat.request_id, prompt.ids, spans, tensors, chat.use_audio_in_video)
+
+
+class TextClock:
+    """Time to first token, then the gap per token of each later delta."""
+
+    def __init__(self, metrics: Metrics, t0: float) -> None:
+        self._ttft = metrics.get("omnimesh_time_to_first_token_seconds")
+        self._itl = metrics.get("omnimesh_inter_token_latency_seconds")
+        self._t0 = t0
+        self._last: float | None = None
+
+    def arrived(self, num_tokens: int) -> None:
+        now = time.monotonic()
+        if self._last is None:
+            self._ttft.observe(now - self._t0)
+        elif num_tokens:
+            gap = (now - self._last) / num_tokens
+            for _ in range(num_tokens):
+                self._itl.observe(gap)
+        self._last = now
