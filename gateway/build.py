@@ -53,7 +53,8 @@ def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer)
     if mesh.vision.enabled and mesh.vision.address:
         vision = VisionClient(open_channel(mesh.vision.address, gw.server.max_message_bytes), server.metrics)
         processing = VisionMediaConfig.from_processing(VisionProcessingConfig.from_checkpoint(model_dir))
-        vision_cfg = replace(processing, video_max_frames=min(processing.video_max_frames, gw.max_video_frames))
+        vision_cfg = replace(processing, video_max_frames=min(processing.video_max_frames, gw.max_video_frames),
+                             video_fps=gw.video_fps)
     if mesh.audio.enabled and mesh.audio.address:
         audio = AudioClient(open_channel(mesh.audio.address, gw.server.max_message_bytes), server.metrics)
     num_deepstack = len(json.loads((model_dir / "config.json").read_text())["thinker_config"]["vision_config"]

@@ -187,12 +187,15 @@ class GatewayConfig:
     stage_timeout_s: float = 5.0  # how long to wait for a stage connection before UNAVAILABLE
     max_audio_seconds: float = 600.0  # longest audio clip (or video sound track) a request may carry
     max_video_frames: int = 768  # most frames sampled from one video
+    video_fps: float = 2.0  # frames sampled per second of video (whole M-RoPE times need 2 / fps * 13 whole)
 
     def __post_init__(self) -> None:
         _check(self.stage_timeout_s > 0, "stage_timeout_s", self.stage_timeout_s, "use a positive number of seconds")
         _check(self.max_audio_seconds > 0, "max_audio_seconds", self.max_audio_seconds, "use a positive duration")
         _check(self.max_video_frames >= 2, "max_video_frames", self.max_video_frames,
                "use at least 2 (one temporal patch)")
+        _check(self.video_fps > 0 and float(2 / self.video_fps * 13).is_integer(), "video_fps", self.video_fps,
+               "use a rate where 2 / fps * 13 is whole, e.g. 2, 1, 0.5 or 13 (M-RoPE time positions are integers)")
 
 
 @dataclass(frozen=True)

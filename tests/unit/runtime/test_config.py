@@ -221,3 +221,13 @@ def test_write_then_load_round_trips(tmp_path: Path) -> None:
     assert load_mesh_config(path) == cfg
     assert to_dict(cfg)["gateway"]["api_keys"] == ["a", "b"]  # lists: plain YAML, no python tags
     assert "!!python" not in path.read_text()
+
+
+def test_video_fps_must_give_whole_rope_times() -> None:
+    from runtime.config import GatewayConfig
+
+    assert GatewayConfig(video_fps=1.0).video_fps == 1.0
+    with pytest.raises(ValueError, match="video_fps"):
+        GatewayConfig(video_fps=3.0)  # 2 / 3 * 13 is fractional
+    with pytest.raises(ValueError, match="video_fps"):
+        GatewayConfig(video_fps=0.0)
