@@ -40,6 +40,7 @@ class EngineConfig:
     """Decoder engine knobs (thinker and talker)."""
 
     max_num_seqs: int = 32  # rows in one step
+    max_waiting_seqs: int = 256  # admitted beyond the running rows; past it new requests get RESOURCE_EXHAUSTED
     max_batch_tokens: int = 2048  # tokens in one step (prefill chunks + decode rows)
     block_size: int = 16  # tokens per KV block
     num_kv_blocks: int = 0  # 0: size from kv_cache_bytes
@@ -54,6 +55,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _check(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, "use a value >= 1")
+        _check(self.max_waiting_seqs >= 0, "max_waiting_seqs", self.max_waiting_seqs,
+               "use a value >= 0 (0: no queue beyond the running rows)")
         _check(self.max_batch_tokens >= self.max_num_seqs, "max_batch_tokens", self.max_batch_tokens,
                f"must be >= max_num_seqs ({self.max_num_seqs}) so every running row can decode in one step")
         _check(self.block_size in (8, 16, 32, 64, 128), "block_size", self.block_size, "use 8, 16, 32, 64 or 128")

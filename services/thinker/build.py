@@ -60,7 +60,7 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     parts = build_engine(model, eng, device, dtype)
     engine = AsyncEngine(parts.engine, on_step=bind_engine_metrics(server.metrics, parts.scheduler))
     service = ThinkerService(engine, Tokenizer.from_dir(model_dir), server.metrics, parts.max_model_len,
-                             eng.token_flush_ms / 1000)
+                             eng.token_flush_ms / 1000, eng.max_num_seqs + eng.max_waiting_seqs)
     log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", parts.num_blocks,
              eng.block_size, parts.num_blocks * parts.block_bytes / 2**20, parts.max_model_len, device, stage.dtype,
              "kernel" if model.use_kernels else "reference")

@@ -12,7 +12,7 @@ from runtime.engine.async_engine import AsyncEngine
 from runtime.engine.engine import TokenEvent
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.sequence import FinishReason, Sequence
-from runtime.errors import InvalidArgument, Unavailable
+from runtime.errors import InvalidArgument, ResourceExhausted, Unavailable
 from runtime.metrics import Metrics
 from runtime.tokenizer import Tokenizer
 from services.thinker.request import ThinkerRequest
@@ -53,8 +53,10 @@ class ThinkerService:
     """Admits requests into the engine and turns its per-step events into coalesced stream outputs."""
 
     def __init__(self, engine: AsyncEngine, tokenizer: Tokenizer, metrics: Metrics, max_model_len: int,
-                 flush_seconds: float) -> None:
+                 flush_seconds: float, max_in_flight: int) -> None:
         self.engine = engine
+        self.max_in_flight = max_in_flight  # running rows + waiting queue: beyond it, back-pressure
+        self._in_flight = 0
         self.tokenizer = tokenizer
         self.metrics = metrics
         self.max_model_len = max_model_len
@@ -71,11 +73,24 @@ class ThinkerService:
         self.check_prompt(inp.token_ids)
         if self.engine.failure is not None:
             raise Unavailable(f"the thinker engine has failed: {self.engine.failure!r}", stage="thinker")
+        if self._in_flight >= self.max_in_flight:
+            raise ResourceExhausted(f"the thinker holds {self._in_flight} requests, its limit (max_num_seqs + "
+                                    "max_waiting_seqs); retry shortly or add a replica", retry_after_s=1.0)
         req = inp.request
         seq = Sequence(next(self._ids), inp.request_id, inp.token_ids, inp.sampling, self.eos_token_ids, req,
                        media_salts=tuple((m.offset, m.end, m.content_hash) for m in req.media),
                        # the talker needs hidden states of media rows: those must be computed, not reused
                        allow_prefix_cache=not req.capture_talker_states)
+        self._in_flight += 1
+        try:
+            async for out in self._stream(seq, inp):
+                yield out
+        finally:
+            self._in_flight -= 1
+
+    async def _stream(self, seq: Sequence, inp: GenerateInput
+                      ) -> AsyncIterator[TokensOut | ConditioningOut | FinishedOut]:
+        """The sequence's events coalesced into token batches (flushed every `flush_seconds`), then its finish."""
         text = TextOutput(self.tokenizer, inp.sampling.stop_strings)
         sent_conditioning = not inp.request.capture_talker_states
         pending: list[TokenEvent] = []

@@ -107,3 +107,46 @@ def test_sigterm_drains_in_flight_streams_then_refuses_new_ones(lone_thinker: Pr
     assert finished == common_pb2.FINISH_REASON_LENGTH
     assert refused == grpc.StatusCode.UNAVAILABLE
     assert lone_thinker.proc.wait(timeout=30) == 0
+
+
+def test_a_full_thinker_answers_resource_exhausted_with_retry_info(demo_ckpt, tmp_path) -> None:
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    from tests.integration.mesh_process import start_stage
+
+    mesh = {"thinker": {"engine": {"kv_cache_bytes": 16 << 20, "max_num_seqs": 1, "max_batch_tokens": 64,
+                                   "max_waiting_seqs": 0}}}
+    thinker = start_stage("thinker", demo_ckpt, mesh, tmp_path)
+    addr = f"127.0.0.1:{thinker.ports['grpc_port']}"
+    prompt = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
+
+    def request(max_tokens: int):
+        async def it():
+            yield thinker_pb2.GenerateRequest(start=thinker_pb2.GenerateStart(
+                request_id="full", token_ids=prompt,
+                sampling=common_pb2.SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+        return it()
+
+    async def scenario() -> grpc.aio.AioRpcError:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            stub = thinker_pb2_grpc.ThinkerStub(channel)
+            busy = stub.Generate(request(400))
+            await busy.read()  # the one row is taken
+            try:
+                async for _ in stub.Generate(request(2)):
+                    pass
+            except grpc.aio.AioRpcError as err:
+                return err
+            finally:
+                busy.cancel()
+        raise AssertionError("a second request was admitted past max_num_seqs + max_waiting_seqs")
+
+    try:
+        err = asyncio.run(scenario())
+    finally:
+        assert thinker.stop() == 0
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max_waiting_seqs" in err.details()
+    kinds = [d for d in rpc_status.from_call(err).details if d.Is(error_details_pb2.RetryInfo.DESCRIPTOR)]
+    assert kinds
