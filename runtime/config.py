@@ -113,6 +113,7 @@ class SpeechConfig:
     """
 
     max_rows: int = 32  # requests speaking at once; each holds one talker KV slot from its first token to its end
+    max_waiting: int = 256  # requests queued for a row; past it new ones get RESOURCE_EXHAUSTED
     max_frames: int = 4095  # codec frames per answer (~5.5 min); the reference's 4,096 talker tokens less the EOS
     max_prompt_tokens: int = 8192  # user-turn tokens of one talker prompt; a KV slot holds these + 10 + max_frames
     first_chunk_frames: int = 4  # frames in the first audio chunk: 320 ms of sound, a low time to first audio
@@ -130,6 +131,7 @@ class SpeechConfig:
         for name in ("max_rows", "max_frames", "max_prompt_tokens", "first_chunk_frames", "chunk_frames",
                      "left_context_frames"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "use a value >= 1")
+        _check(self.max_waiting >= 0, "max_waiting", self.max_waiting, "use a value >= 0 (0: no queue)")
         _check(self.temperature >= 0, "temperature", self.temperature, "use a value >= 0 (0 is greedy)")
         _check(self.predictor_temperature >= 0, "predictor_temperature", self.predictor_temperature,
                "use a value >= 0 (0 is greedy)")

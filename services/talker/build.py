@@ -44,7 +44,7 @@ def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer)
     log.info("talker: %d rows x %d positions, frames per chunk %d then %d (context %d), voices %s, on %s %s",
              speech.max_rows, capacity, speech.first_chunk_frames, speech.chunk_frames, speech.left_context_frames,
              voice_names(model.cfg), device, stage.dtype)
-    return TalkerService(engine, server.metrics), model
+    return TalkerService(engine, server.metrics, speech.max_rows + speech.max_waiting), model
 
 
 def stage_info(mesh: MeshConfig, server: StageServer, model: TalkerModel) -> common_pb2.StageInfo:

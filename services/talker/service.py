@@ -5,7 +5,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
-from runtime.errors import OmniError, Unavailable
+from runtime.errors import OmniError, ResourceExhausted, Unavailable
 from runtime.metrics import Metrics
 from services.talker.engine import SpeechEngine
 from services.talker.handle import SpeechHandle
@@ -20,13 +20,26 @@ TextFeed = AsyncIterator[list[int] | None]
 class TalkerService:
     """Submits a request to the engine, relays its text while it runs, and streams its audio back."""
 
-    def __init__(self, engine: SpeechEngine, metrics: Metrics) -> None:
+    def __init__(self, engine: SpeechEngine, metrics: Metrics, max_in_flight: int) -> None:
         self.engine = engine
         self.metrics = metrics
+        self.max_in_flight = max_in_flight  # rows + waiting queue: beyond it, back-pressure
+        self._in_flight = 0
 
     async def speak(self, inp: SpeakInput, text: TextFeed) -> AsyncIterator[AudioOut | FinishedOut]:
         if self.engine.failure is not None:
             raise Unavailable(f"the talker engine has failed: {self.engine.failure!r}", stage="talker")
+        if self._in_flight >= self.max_in_flight:
+            raise ResourceExhausted(f"the talker holds {self._in_flight} requests, its limit (speech.max_rows + "
+                                    "speech.max_waiting); retry shortly or add a replica", retry_after_s=1.0)
+        self._in_flight += 1
+        try:
+            async for out in self._speak(inp, text):
+                yield out
+        finally:
+            self._in_flight -= 1
+
+    async def _speak(self, inp: SpeakInput, text: TextFeed) -> AsyncIterator[AudioOut | FinishedOut]:
         async with self.engine.submit(inp) as handle:
             relay = asyncio.create_task(_relay(text, handle))
             try:

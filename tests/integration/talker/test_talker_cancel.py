@@ -128,3 +128,49 @@ def test_talker_that_finishes_before_the_thinker(talker_stage: Proc, talker_addr
     finished = asyncio.run(run())
     assert finished.num_frames == 3 and finished.finish_reason == common_pb2.FINISH_REASON_LENGTH
     _assert_healthy(talker_stage, talker_addr)
+
+
+def test_a_full_talker_answers_resource_exhausted(demo_ckpt, tmp_path) -> None:
+    """One row and no queue: a second request is refused at once, with the limits named."""
+    import asyncio
+
+    import grpc
+
+    from tests.integration.mesh_process import start_stage
+    from tests.integration.talker.talker_calls import start, text, text_end
+
+    mesh = {"talker": {"enabled": True, "speech": {"max_rows": 1, "max_waiting": 0, "max_frames": 200}}}
+    talker = start_stage("talker", demo_ckpt, mesh, tmp_path)
+    addr = f"127.0.0.1:{talker.ports['grpc_port']}"
+
+    async def scenario() -> grpc.aio.AioRpcError:
+        from omnimesh.v1 import talker_pb2_grpc
+
+        async def hold():  # starts speaking and keeps its row: its text never ends
+            yield start()
+            yield text(range(1000, 1040))
+            await asyncio.sleep(30)
+
+        async def second():
+            yield start()
+            yield text_end()
+
+        async with grpc.aio.insecure_channel(addr) as channel:
+            stub = talker_pb2_grpc.TalkerStub(channel)
+            busy = stub.Speak(hold())
+            await busy.read()  # its first audio: the row is taken
+            try:
+                async for _ in stub.Speak(second()):
+                    pass
+            except grpc.aio.AioRpcError as err:
+                return err
+            finally:
+                busy.cancel()
+        raise AssertionError("a second request was admitted past max_rows + max_waiting")
+
+    try:
+        err = asyncio.run(scenario())
+    finally:
+        assert talker.stop() == 0
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max_waiting" in err.details()
