@@ -10,7 +10,6 @@ import hashlib
 import io
 import math
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -19,6 +18,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from runtime.errors import InvalidArgument
+from gateway.media.frame_sampling import count_frames, reference_frame_indices
 
 IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
 # PyAV names demuxers by comma-joined aliases ("mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm").
@@ -37,6 +37,7 @@ class ProcessingSettings(Protocol):
     video_min_pixels: int
     video_max_pixels: int
     video_fps: float
+    video_min_frames: int
     video_max_frames: int
 
 
@@ -52,6 +53,7 @@ class VisionMediaConfig:
     video_min_pixels: int = 128 * 32 * 32
     video_max_pixels: int = 768 * 32 * 32
     video_fps: float = 2.0
+    video_min_frames: int = 4  # the reference samples at least this many frames from a short clip
     video_max_frames: int = 768
     max_image_pixels: int = 64 * 1024 * 1024  # decoded canvas cap, checked from the header
     max_video_frame_pixels: int = 4096 * 4096
@@ -80,6 +82,7 @@ class VisionMediaConfig:
             video_min_pixels=settings.video_min_pixels,
             video_max_pixels=settings.video_max_pixels,
             video_fps=settings.video_fps,
+            video_min_frames=settings.video_min_frames,
             video_max_frames=settings.video_max_frames,
             **caps,
         )
@@ -238,49 +241,30 @@ def frame_cap_message(cfg: VisionMediaConfig) -> str:
     return f"needs more than {cfg.video_max_frames} frames at {cfg.video_fps} fps; send at most {seconds:g} s"
 
 
-def sample_frames(frames: Iterator[av.VideoFrame], fps: float, default_step: float) -> Iterator[av.VideoFrame]:
-    """The frame on screen at each time k/fps (k = 0, 1, ...) from the first frame until the clip ends."""
-    previous: av.VideoFrame | None = None
-    previous_time, start, step, k = 0.0, 0.0, default_step, 0
-    for frame in frames:
-        t = frame.time if frame.time is not None else (previous_time + step if previous is not None else 0.0)
-        if previous is None:
-            start = t
-        else:
-            step = max(t - previous_time, 0.0) or step
-            while start + k / fps < t - 1e-9:  # target k lies before this frame: the previous one is on screen
-                yield previous
-                k += 1
-        previous, previous_time = frame, t
-    if previous is not None:
-        end = previous_time + step
-        while k == 0 or start + k / fps < end - 1e-9:
-            yield previous
-            k += 1
-
-
 def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVideo:
-    """MP4 / WebM / MKV bytes -> frames sampled at `cfg.video_fps`, resized with `smart_resize` (video bounds)."""
+    """MP4 / WebM / MKV bytes -> the frames the reference processor samples at `cfg.video_fps`, resized with
+    `smart_resize` (video bounds)."""
     with open_video(data, field) as container:
         if not container.streams.video:
             raise InvalidArgument(field, "has no video stream; send a video with frames")
         stream = container.streams.video[0]
         check_video_stream(stream, field, cfg)
         size = target_size(field, stream.codec_context.height, stream.codec_context.width, cfg, video=True)
+        total = count_frames(data)
         rate = stream.average_rate or stream.guessed_rate
-        default_step = 1 / float(rate) if rate else 1 / cfg.video_fps
+        source_fps = float(rate) if rate else total / max(duration_seconds(stream) or 1.0, 1e-6)
+        if math.ceil(total / source_fps * cfg.video_fps - 1e-6) > cfg.video_max_frames:
+            raise InvalidArgument(field, frame_cap_message(cfg))
+        wanted = reference_frame_indices(total, source_fps, cfg.video_fps, cfg.video_min_frames,
+                                         cfg.video_max_frames, cfg.temporal_patch_size)
+        keep = set(range(total) if wanted is None else wanted)  # a clip under one temporal patch: every frame
         stream.thread_type = "AUTO"  # frame- and slice-threaded decoding where the codec allows it
         selected: list[np.ndarray] = []
-        last_frame: av.VideoFrame | None = None
-        last_pixels = np.empty((0,), np.uint8)
         try:
-            for frame in sample_frames(container.decode(stream), cfg.video_fps, default_step):
-                if len(selected) == cfg.video_max_frames:
-                    raise InvalidArgument(field, frame_cap_message(cfg))
-                if frame is not last_frame:  # a source slower than `fps` repeats frames: resize each once
+            for index, frame in enumerate(container.decode(stream)):
+                if index in keep:
                     im = frame.to_image().resize((size.width, size.height), Image.Resampling.BICUBIC)
-                    last_frame, last_pixels = frame, np.asarray(im, dtype=np.uint8)
-                selected.append(last_pixels)
+                    selected.append(np.asarray(im, dtype=np.uint8))
         except av.FFmpegError:
             raise InvalidArgument(field, "is a damaged video that cannot be decoded") from None
     if not selected:

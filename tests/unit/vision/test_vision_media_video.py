@@ -28,16 +28,24 @@ def test_containers_sample_at_fps(encode_video, small_media_cfg, fmt, codec) -> 
     assert out.fps == 2.0 and out.second_per_grid == 1.0
 
 
-def test_odd_frame_count_rounds_the_grid_up(encode_video, small_media_cfg) -> None:
-    out = decode_video(encode_video(num_frames=25, rate=10), FIELD, small_media_cfg)  # 2.5 s -> 5 frames
-    assert out.frames.shape[0] == 5
-    assert tuple(out.grid) == (3, 4, 4) and out.num_tokens == 12
-
-
-def test_source_slower_than_fps_repeats_frames(encode_video, small_media_cfg) -> None:
-    out = decode_video(encode_video(num_frames=3, rate=1), FIELD, small_media_cfg)  # 3 s at 1 fps
+def test_frame_count_is_floored_to_the_temporal_patch_as_the_reference_does(encode_video, small_media_cfg) -> None:
+    out = decode_video(encode_video(num_frames=25, rate=10), FIELD, small_media_cfg)  # 2.5 s -> 5 wanted -> 4
     levels = out.frames.reshape(out.frames.shape[0], -1).mean(1)
-    np.testing.assert_allclose(levels, [0, 0, 8, 8, 16, 16], atol=4)
+    np.testing.assert_allclose(levels, [8 * k for k in (0, 6, 12, 18)], atol=4)  # evenly spread, truncated
+    assert tuple(out.grid) == (2, 4, 4) and out.num_tokens == 8
+
+
+def test_a_short_clip_gets_at_least_min_frames(encode_video, small_media_cfg) -> None:
+    out = decode_video(encode_video(num_frames=10, rate=10), FIELD, small_media_cfg)  # 1 s: 2 wanted, 4 taken
+    levels = out.frames.reshape(out.frames.shape[0], -1).mean(1)
+    np.testing.assert_allclose(levels, [8 * k for k in (0, 2, 5, 7)], atol=4)
+    assert out.second_per_grid == 1.0  # positions still follow the requested fps, as the reference's do
+
+
+def test_source_slower_than_fps_is_capped_by_its_frames(encode_video, small_media_cfg) -> None:
+    out = decode_video(encode_video(num_frames=3, rate=1), FIELD, small_media_cfg)  # 3 s at 1 fps: 6 wanted
+    levels = out.frames.reshape(out.frames.shape[0], -1).mean(1)
+    np.testing.assert_allclose(levels, [0, 8], atol=4)  # at most the clip's frames, floored to the patch
 
 
 def test_custom_fps_and_second_per_grid(encode_video) -> None:
