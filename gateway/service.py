@@ -56,9 +56,6 @@ class OmniService:
     def check_served(self, chat: ChatInput) -> None:
         if chat.want_audio and self.talker is None:
             raise Unimplemented("output_modalities: audio output is not served by this deployment (no talker stage)")
-        if chat.want_audio and chat.use_audio_in_video and any(m.kind == "video" for m in chat.media):
-            raise Unimplemented("use_audio_in_video: speaking about a video heard with its sound track is not served "
-                                "yet; ask for text output, or send the sound track as a separate audio part")
 
     async def max_model_len(self) -> int:
         if self._max_model_len is None:

@@ -15,7 +15,7 @@ from services.talker.model.prompt import SpeechPrompt, assistant_start, user_tur
 IDS_FIELD = "start.prompt_token_ids"
 CONDITIONING = "talker.media_hidden"
 _KINDS = {thinker_pb2.MEDIA_KIND_IMAGE: "image", thinker_pb2.MEDIA_KIND_VIDEO: "video",
-          thinker_pb2.MEDIA_KIND_AUDIO: "audio"}
+          thinker_pb2.MEDIA_KIND_AUDIO: "audio", thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO: "audio_in_video"}
 
 
 @dataclass(frozen=True)
@@ -66,13 +66,20 @@ def _check_span(i: int, span: thinker_pb2.MediaSpan, ids: list[int], cfg: Talker
     field = f"start.media[{i}]"
     kind = _KINDS.get(span.kind)
     if kind is None:
-        raise InvalidArgument(f"{field}.kind", "must be IMAGE, VIDEO or AUDIO")
+        raise InvalidArgument(f"{field}.kind", "must be IMAGE, VIDEO, AUDIO or AUDIO_IN_VIDEO")
     end = span.offset + span.length
     if span.length == 0 or end > len(ids):
         raise InvalidArgument(field, f"span [{span.offset}, {end}) is empty or past the prompt's {len(ids)} tokens")
     if span.offset < after:
         raise InvalidArgument(f"{field}.offset", f"is {span.offset}; spans must be in prompt order without overlap "
                               f"(the previous one ends at {after})")
+    if kind == "audio_in_video":
+        pads = {cfg.tokens.video_pad, cfg.tokens.audio_pad}
+        if set(ids[span.offset:end]) - pads:
+            raise InvalidArgument(field, f"an audio-in-video span covers only video and audio placeholders {sorted(pads)}")
+        if len(span.grid_thw) != 3:
+            raise InvalidArgument(f"{field}.grid_thw", "must hold (t, h, w) for audio_in_video spans")
+        return range(span.offset, end)
     pad = {"image": cfg.tokens.image_pad, "video": cfg.tokens.video_pad, "audio": cfg.tokens.audio_pad}[kind]
     if any(t != pad for t in ids[span.offset:end]):
         raise InvalidArgument(field, f"span must cover only {kind} placeholder tokens (id {pad})")
@@ -108,7 +115,8 @@ def speech_prompt(checked: CheckedPrompt, voice: str, media_hidden: torch.Tensor
     grids = {"image": [], "video": []}
     for span in checked.media:
         kind = _KINDS[span.kind]
-        if kind != "audio":
-            grids[kind].append(VisualGrid(*span.grid_thw, seconds_per_grid=span.second_per_grid or 1.0))
+        if kind != "audio":  # a video heard with its sound is still a video grid to the talker, as in the reference
+            grids["image" if kind == "image" else "video"].append(
+                VisualGrid(*span.grid_thw, seconds_per_grid=span.second_per_grid or 1.0))
     hidden = media_hidden if media_hidden is not None and media_hidden.shape[0] else None
     return SpeechPrompt(checked.ids, voice, hidden, tuple(grids["image"]), tuple(grids["video"]))

@@ -22,6 +22,10 @@ MP = media_prompt()
 EMPTY = conditioning(torch.empty(0, 0))
 
 
+# <|vision_start|><|audio_start|> video-pad "Hello" <|audio_end|><|vision_end|> in a user turn
+AIV_PROMPT = [151644, 872, 198, 151652, 151669, 151656, 9707, 151670, 151653, 151645, 198, 151644, 77091, 198]
+
+
 def _span(kind: int, offset: int, length: int, **fields: object) -> thinker_pb2.MediaSpan:
     return thinker_pb2.MediaSpan(kind=kind, offset=offset, length=length, **fields)
 
@@ -49,7 +53,8 @@ CASES: dict[str, tuple[list[talker_pb2.SpeakRequest], str, tuple[str, ...]]] = {
     "no assistant header": (text_only(prompt=TEXT_PROMPT[:-3]), "start.prompt_token_ids", ("assistant",)),
     "user turns too long": (text_only(prompt=LONG_PROMPT), "start.prompt_token_ids",
                             (f"at most {MAX_PROMPT_TOKENS}", "max_prompt_tokens")),
-    "span kind unset": (_media([S0, S1, _span(0, S2.offset, 4)]), "start.media[2].kind", ("IMAGE, VIDEO or AUDIO",)),
+    "span kind unset": (_media([S0, S1, _span(0, S2.offset, 4)]), "start.media[2].kind",
+                        ("IMAGE, VIDEO, AUDIO or AUDIO_IN_VIDEO",)),
     "span past the prompt": (_media([S0, S1, _span(IMAGE, S2.offset, 400, grid_thw=[1, 4, 4])]), "start.media[2]",
                              ("past the prompt",)),
     "span over text tokens": (_media([S0, _span(AUDIO, S1.offset - 1, 5), S2]), "start.media[1]",
@@ -88,6 +93,9 @@ CASES: dict[str, tuple[list[talker_pb2.SpeakRequest], str, tuple[str, ...]]] = {
     "stop strings": (_sampling(stop=["x"]), "start.talker_sampling.stop", ("not used by the talker",)),
     "predictor seed": (text_only(code_predictor_sampling=common_pb2.SamplingParams(seed=3)),
                        "start.code_predictor_sampling.seed", ("not used by the talker", "temperature, top_k, top_p")),
+    "audio-in-video span over text": ([start(AIV_PROMPT, media=[_span(thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO, 5, 2,
+                                                                      grid_thw=[1, 2, 2], audio_length=1)]),
+                                       text_end()], "start.media[0]", ("only video and audio placeholders",)),
 }
 
 
@@ -120,3 +128,4 @@ def _violations(err: grpc.aio.AioRpcError) -> list[error_details_pb2.BadRequest.
             detail.Unpack(bad)
             return list(bad.field_violations)
     raise AssertionError(f"no BadRequest detail in {status}")
+

@@ -32,11 +32,6 @@ def test_audio_output_without_a_talker_is_unimplemented() -> None:
         service(None).check_served(chat(TEXT, audio_out=True))
 
 
-def test_speech_about_a_video_heard_with_its_sound_is_unimplemented() -> None:
-    with pytest.raises(Unimplemented, match="use_audio_in_video"):
-        service(object()).check_served(chat(VIDEO, TEXT, audio_out=True, in_video=True))
-
-
-def test_text_about_a_video_heard_with_its_sound_is_served() -> None:
+def test_a_video_heard_with_its_sound_is_served_for_text_and_speech() -> None:
     service(object()).check_served(chat(VIDEO, TEXT, in_video=True))
-    service(object()).check_served(chat(VIDEO, TEXT, audio_out=True))
+    service(object()).check_served(chat(VIDEO, TEXT, audio_out=True, in_video=True))
