@@ -22,13 +22,15 @@ MESH_PREFIX = "OMNIMESH_MESH "
 
 
 class Mesh:
-    """`python -m gateway.cli.main up` on a model dir and a thinker-only mesh config; stderr goes to `log`."""
+    """`python -m gateway.cli.main up` on a model dir; stderr goes to `log`. By default a thinker-only deployment
+    (text->text); `stages` adds sections (e.g. `{"talker": {...}}` for speech)."""
 
     def __init__(self, model_dir: Path, thinker: dict[str, Any], workdir: Path, log: TextIO,
-                 ready_timeout_s: float) -> None:
+                 ready_timeout_s: float, stages: dict[str, Any] | None = None) -> None:
         config = workdir / "bench_mesh.yaml"
-        off = {"enabled": False}  # text->text: a thinker-only deployment
-        config.write_text(yaml.safe_dump({"thinker": thinker, "vision": off, "audio": off, "talker": off}))
+        off = {"enabled": False}
+        mesh = {"thinker": thinker, "vision": off, "audio": off, "talker": off, **(stages or {})}
+        config.write_text(yaml.safe_dump(mesh))
         cmd = [sys.executable, "-m", "gateway.cli.main", "up", "--model", str(model_dir), "--config", str(config),
                "--port", "0", "--ready-timeout", str(ready_timeout_s)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
