@@ -7,24 +7,13 @@ import socket
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from tests.integration.client import chat_error, chat_request, collect
 from tests.integration.conftest import python_module
 from tests.integration.mesh_process import Proc, start
+from tests.integration.status_checks import violated_fields
 
-
-def violations(err: grpc.aio.AioRpcError) -> list[str]:
-    status = rpc_status.from_call(err)
-    fields = []
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields += [v.field for v in bad.field_violations]
-    return fields
 
 
 def text_part(text: str) -> omni_pb2.ContentPart:
@@ -51,14 +40,14 @@ BAD_REQUESTS = {
 def test_bad_input_is_invalid_argument_naming_the_field(gateway_addr: str, field: str) -> None:
     err = asyncio.run(chat_error(gateway_addr, BAD_REQUESTS[field]))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert violations(err) == [field]
+    assert violated_fields(err) == [field]
     assert field in err.details()
 
 
 def test_prompt_longer_than_the_context_is_invalid_argument(gateway_addr: str) -> None:
     err = asyncio.run(chat_error(gateway_addr, chat_request("hello " * 1100)))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert violations(err) == ["messages"]
+    assert violated_fields(err) == ["messages"]
     assert "1024" in err.details()
 
 
@@ -81,7 +70,7 @@ def test_audio_output_not_yet_served_is_unimplemented(gateway_addr: str) -> None
 def test_unspecified_output_modality_is_invalid_argument(gateway_addr: str) -> None:
     err = asyncio.run(chat_error(gateway_addr, chat_request("hi", output_modalities=[omni_pb2.MODALITY_UNSPECIFIED])))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert violations(err) == ["output_modalities"]
+    assert violated_fields(err) == ["output_modalities"]
 
 
 def test_deadline_shorter_than_the_answer_is_deadline_exceeded(gateway_addr: str) -> None:

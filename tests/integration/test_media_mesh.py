@@ -167,14 +167,14 @@ def test_bad_media_is_invalid_argument_naming_the_part(media_mesh: Proc, case: s
 
     from omnimesh.v1 import omni_pb2
     from tests.integration.client import chat_error
-    from tests.integration.test_gateway_errors import violations
+    from tests.integration.status_checks import violated_fields
 
     kind, data, field = BAD_MEDIA[case]
     part = omni_pb2.ContentPart(**{kind: omni_pb2.Media(data=data)})
     req = omni_pb2.ChatRequest(messages=[omni_pb2.Message(role="user", content=[part, omni_pb2.ContentPart(text="?")])])
     err = asyncio.run(chat_error(gateway_addr_of(media_mesh), req))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert violations(err) == [field]
+    assert violated_fields(err) == [field]
 
 
 @pytest.mark.parametrize("stage,kind,data", [("vision", "image", png()), ("audio", "audio", wav(0.5))])

@@ -6,12 +6,11 @@ import asyncio
 import grpc
 import pytest
 import torch
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from omnimesh.v1 import audio_pb2, common_pb2
 from tests.integration.audio.audio_calls import clip, encode, request, samples, start
 from tests.integration.audio.conftest import MAX_REQUEST_SECONDS
+from tests.integration.status_checks import assert_invalid_argument
 
 N = 1600  # 0.1 s
 
@@ -60,21 +59,5 @@ def test_malformed_encode_is_invalid_argument(audio_addr: str, case: str) -> Non
     messages, field, words = CASES[case]
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         asyncio.run(encode(audio_addr, messages))
-    err = caught.value
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
-    assert err.details().startswith(f"{field}: "), err.details()
-    for word in words:
-        assert word in err.details(), err.details()
-    violations = _violations(err)
-    assert [v.field for v in violations] == [field]
+    assert_invalid_argument(caught.value, field, words)
 
-
-def _violations(err: grpc.aio.AioRpcError) -> list[error_details_pb2.BadRequest.FieldViolation]:
-    status = rpc_status.from_call(err)
-    assert status is not None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            return list(bad.field_violations)
-    raise AssertionError(f"no BadRequest detail in {status}")

@@ -7,8 +7,6 @@ import asyncio
 import grpc
 import pytest
 import torch
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from omnimesh.v1 import common_pb2, talker_pb2, thinker_pb2
 from tests.integration.mesh_process import Proc
@@ -17,6 +15,7 @@ from tests.integration.talker.talker_calls import (
     HIDDEN, TEXT_PROMPT, conditioning, media_prompt, metric, speak, speak_paced, start, text, text_end, text_only,
 )
 from tests.parity.talker.talker_reference import ASSISTANT_HEADER, SYSTEM_TURN, user_turn
+from tests.integration.status_checks import assert_invalid_argument
 
 MP = media_prompt()
 EMPTY = conditioning(torch.empty(0, 0))
@@ -104,12 +103,7 @@ def test_malformed_speak_is_invalid_argument(talker_addr: str, case: str) -> Non
     messages, field, words = CASES[case]
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         asyncio.run(speak_paced(talker_addr, messages))
-    err = caught.value
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
-    assert err.details().startswith(f"{field}: "), err.details()
-    for word in words:
-        assert word in err.details(), err.details()
-    assert [v.field for v in _violations(err)] == [field]
+    assert_invalid_argument(caught.value, field, words)
 
 
 def test_the_stage_is_healthy_after_the_errors(talker_stage: Proc, talker_addr: str) -> None:
@@ -117,15 +111,4 @@ def test_the_stage_is_healthy_after_the_errors(talker_stage: Proc, talker_addr: 
     assert spoken.finished.num_frames > 0
     port = talker_stage.ports["metrics_port"]
     assert metric(port, "omnimesh_requests_running") == 0 and metric(port, "omnimesh_queue_depth") == 0
-
-
-def _violations(err: grpc.aio.AioRpcError) -> list[error_details_pb2.BadRequest.FieldViolation]:
-    status = rpc_status.from_call(err)
-    assert status is not None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            return list(bad.field_violations)
-    raise AssertionError(f"no BadRequest detail in {status}")
 
