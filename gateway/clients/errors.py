@@ -1,8 +1,11 @@
-"""Maps a failed stage call to the domain error the gateway's own client should see."""
+"""Maps a failed stage call to the domain error the gateway's own client should see; a stage's Info."""
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import grpc
 
+from omnimesh.v1 import common_pb2
 from runtime.errors import (Cancelled, DeadlineExceeded, InvalidArgument, OmniError, ResourceExhausted, Unavailable,
                             Unimplemented)
 
@@ -21,3 +24,13 @@ def stage_error(stage: str, err: grpc.aio.AioRpcError) -> OmniError:
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return Unimplemented(f"{stage}: {detail}")
     return Unavailable(f"{stage} stage failed ({code.name}): {detail}", stage=stage)
+
+
+async def stage_info(info_rpc: Callable[..., Awaitable[common_pb2.StageInfo]], stage: str,
+                     timeout: float) -> common_pb2.StageInfo:
+    """A stage's Info, waiting up to `timeout` for it to come up; not answering by then means it is down."""
+    try:
+        return await info_rpc(common_pb2.InfoRequest(), timeout=timeout, wait_for_ready=True)
+    except grpc.aio.AioRpcError as err:
+        raise Unavailable(f"{stage} stage did not answer Info in {timeout:.1f} s ({err.code().name})",
+                          stage=stage) from None

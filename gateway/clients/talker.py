@@ -10,10 +10,9 @@ import grpc
 import torch
 
 from omnimesh.v1 import common_pb2, talker_pb2, talker_pb2_grpc, thinker_pb2
-from runtime.errors import Unavailable
 from runtime.metrics import Metrics
 from runtime.tensor_codec import encode_tensor
-from gateway.clients.errors import stage_error
+from gateway.clients.errors import stage_error, stage_info
 
 
 @dataclass(frozen=True)
@@ -62,11 +61,7 @@ class TalkerClient:
         self._metrics = metrics
 
     async def info(self, timeout: float) -> common_pb2.StageInfo:
-        try:
-            return await self._stub.Info(common_pb2.InfoRequest(), timeout=timeout, wait_for_ready=True)
-        except grpc.aio.AioRpcError as err:
-            raise Unavailable(f"talker stage did not answer Info in {timeout:.1f} s ({err.code().name})",
-                              stage="talker") from None
+        return await stage_info(self._stub.Info, "talker", timeout)
 
     async def speak(self, setup: SpeakSetup, feed: TalkerFeed, timeout: float | None
                     ) -> AsyncIterator[common_pb2.AudioChunk | SpeechDone]:

@@ -10,11 +10,10 @@ import torch
 
 from omnimesh.v1 import common_pb2, thinker_pb2, thinker_pb2_grpc
 from runtime.engine.sampling_params import SamplingOptions
-from runtime.errors import Unavailable
 from runtime.metrics import Metrics
 from runtime.sampling import sampling_to_pb
 from runtime.tensor_codec import TensorAssembler, encode_tensor
-from gateway.clients.errors import stage_error
+from gateway.clients.errors import stage_error, stage_info
 
 
 @dataclass
@@ -50,12 +49,7 @@ class ThinkerClient:
         self._metrics = metrics
 
     async def info(self, timeout: float) -> common_pb2.StageInfo:
-        try:
-            return await self._stub.Info(common_pb2.InfoRequest(), timeout=timeout, wait_for_ready=True)
-        except grpc.aio.AioRpcError as err:
-            # Not answering within the stage timeout means down, whatever the code says.
-            raise Unavailable(f"thinker stage did not answer Info in {timeout:.1f} s ({err.code().name})",
-                              stage="thinker") from None
+        return await stage_info(self._stub.Info, "thinker", timeout)
 
     async def generate(self, prompt: ThinkerPrompt, sampling: SamplingOptions, want_conditioning: bool,
                        timeout: float | None) -> AsyncIterator[TextChunk | Conditioning | ThinkerDone]:
