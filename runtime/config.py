@@ -119,6 +119,7 @@ class SpeechConfig:
     first_chunk_frames: int = 4  # frames in the first audio chunk: 320 ms of sound, a low time to first audio
     chunk_frames: int = 25  # frames in each later chunk (2 s): fewer, larger Code2Wav calls
     left_context_frames: int = 11  # frames the conv stack re-runs before a chunk; 11 covers its receptive field: exact
+    cuda_graphs: bool = True  # on CUDA in bf16/fp16: fused frame step, captured per batch bucket at start
     temperature: float = 0.9  # talker (codebook 0); 0 is greedy
     top_k: int = 50
     top_p: float = 1.0

@@ -34,7 +34,11 @@ def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer)
     model = load_talker_model(model_dir, device=device, dtype=getattr(torch, stage.dtype))
     # a slot holds the user turns, the assistant preamble and one position per frame (the last one unused)
     capacity = speech.max_prompt_tokens + ASSISTANT_PREAMBLE + speech.max_frames + 1
-    runner = TalkerRunner(model, speech.max_rows, capacity)
+    # the fused frame step needs the Triton kernels (CUDA, half precision); elsewhere the reference loop runs
+    fast = speech.cuda_graphs and device.type == "cuda" and model.dtype in (torch.bfloat16, torch.float16)
+    model.lm.use_grouped_mm(fast)  # prefills stay eager: grouped GEMMs instead of a loop over experts
+    runner = TalkerRunner(model, speech.max_rows, capacity, fast=fast, cuda_graphs=fast)
+    runner.capture_graphs()
     receptive = model.code2wav.conv_receptive_frames()
     if speech.left_context_frames < receptive:
         log.warning("talker: left_context_frames=%d is below Code2Wav's receptive field of %d frames: chunk "

@@ -7,6 +7,8 @@ from typing import Iterable, Sequence
 
 import torch
 
+from services.talker.model.frame_graphs import FrameGraphs, batch_buckets
+from services.talker.model.frame_step import FrameInputs, FrameStep, knob_row
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt, build_prefill, trailing_text
 from services.talker.model.sampling import GREEDY, TalkerSampling, draw, penalize, top2_margin, warp
@@ -22,7 +24,10 @@ class TalkerRunner:
     the frames `(B, G)`. Rows finish on the codec EOS or at `max_frames`; their cache slot is freed then.
     """
 
-    def __init__(self, model: TalkerModel, max_rows: int, max_len: int, record_margins: bool = False) -> None:
+    def __init__(
+        self, model: TalkerModel, max_rows: int, max_len: int, record_margins: bool = False,
+        fast: bool = False, cuda_graphs: bool = False,
+    ) -> None:  # fmt: skip
         self.model = model
         self.kv = model.lm.new_kv(max_rows, max_len)
         self.record_margins = record_margins
@@ -31,6 +36,15 @@ class TalkerRunner:
         self.suppress = torch.zeros(vocab, dtype=torch.bool, device=model.device)
         self.suppress[vocab - 1024 :] = True
         self.suppress[cfg.tokens.codec_eos] = False
+        # codes each slot's request generated (repetition penalty); the last row is the KV pool's scratch slot
+        self.seen = torch.zeros(max_rows + 1, vocab, dtype=torch.bool, device=model.device)
+        # `fast`: frames run through FrameStep (fused kernels, no host sync), captured per batch bucket when
+        # `cuda_graphs`; otherwise `step` is the plain reference loop below.
+        self.frames: FrameGraphs | None = None
+        if fast:
+            step = FrameStep(model, self.kv, self.seen, self.suppress)
+            capture = cuda_graphs and model.device.type == "cuda"
+            self.frames = FrameGraphs(step, batch_buckets(max_rows), capture=capture)
 
     @torch.no_grad()
     def start(
@@ -58,7 +72,8 @@ class TalkerRunner:
         prefill = build_prefill(model, prompt, first)
         state.text.extend(prefill.pending_text)
         state.slot = self.kv.allocate()
-        state.seen = torch.zeros(model.cfg.lm.vocab_size, dtype=torch.bool, device=model.device)
+        state.seen = self.seen[state.slot]
+        state.seen.zero_()
         length = prefill.embeds.shape[0]
         slots = torch.tensor([state.slot], device=model.device)
         hidden = model.lm(prefill.embeds[None], prefill.positions[:, None], self.kv, slots, slots * 0)[:, -1]
@@ -71,6 +86,8 @@ class TalkerRunner:
         """One frame for each ready row: `(B, G)` codes (codebook 0 first)."""
         if not all(s.is_ready for s in states):
             raise RuntimeError("step() got a finished row or one still waiting for thinker text")
+        if self.frames is not None and not self.record_margins:
+            return self._step_fast(states)
         model, dev = self.model, self.model.device
         talker_noise, predictor_noise = self._noise(states)
         code0 = torch.tensor([s.code0 for s in states], device=dev)
@@ -103,6 +120,48 @@ class TalkerRunner:
                 s.cache_len, s.next_position = s.cache_len + 1, s.next_position + 1
             self._advance(rows, hidden, talker_noise[go])
         return frames
+
+    def _step_fast(self, states: Sequence[TalkerState]) -> torch.Tensor:
+        """`step` through FrameGraphs: same choices as the loop above, one host sync (the new codes) per frame."""
+        assert self.frames is not None
+        dev = self.model.device
+        going = [s.num_frames + 1 < s.max_frames for s in states]  # a row's last frame needs no talker step
+        for s, go in zip(states, going):
+            if go:
+                self.kv.check_capacity(s.cache_len + 1)
+        sample = any(s.sampling.do_sample for s in states)
+        talker_noise, predictor_noise = self._noise(states) if sample else (None, None)
+        host_long = torch.tensor([
+            [s.code0 for s in states],
+            [s.next_text() if go else s.tts_pad for s, go in zip(states, going)],
+            [s.slot for s in states],
+            [s.cache_len for s in states],
+        ]).to(dev)  # fmt: skip
+        inputs = FrameInputs(
+            code0=host_long[0], past_hidden=torch.stack([s.last_hidden for s in states]), text_ids=host_long[1],
+            positions=torch.tensor([s.next_position for s in states]).to(dev), slots=host_long[2],
+            cache_len=host_long[3], knobs=torch.tensor([knob_row(s.sampling) for s in states]).to(dev),
+            talker_noise=talker_noise, predictor_noise=predictor_noise,
+        )  # type: ignore[arg-type]  # noise is None only for a greedy batch, whose graph never reads it
+        out = self.frames.run(inputs, sample)
+        next_codes = out.next_code0.tolist()
+        frames, hidden = out.frames.clone(), out.hidden.clone()  # the graph's outputs are rewritten next frame
+        eos = self.model.cfg.tokens.codec_eos
+        for s, go, code, h in zip(states, going, next_codes, hidden):
+            s.num_frames += 1
+            if not go:
+                self._finish(s)
+                continue
+            s.cache_len, s.next_position = s.cache_len + 1, s.next_position + 1
+            s.code0, s.last_hidden = code, h
+            if code == eos:
+                self._finish(s)
+        return frames
+
+    def capture_graphs(self) -> None:
+        """Capture every frame graph now (the service does this at start, before it reports ready)."""
+        if self.frames is not None and self.frames.capture:
+            self.frames.capture_all()
 
     def release(self, state: TalkerState) -> None:
         """Free a row's cache slot early (client cancel); finished rows are freed already."""
