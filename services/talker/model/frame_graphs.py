@@ -1,4 +1,4 @@
-"""CUDA graphs of the talker frame (code predictor + talker step) per batch bucket, greedy and sampling.
+"""CUDA graphs of the talker frame (code predictor + talker step) per batch bucket and sampling mode.
 
 A frame is ~2,000 small kernels; launched one by one from Python it costs ~170 ms of host time against ~15 ms
 of GPU work, so on CUDA each (bucket, sampling) shape is captured once and replayed. A batch is copied into the
@@ -14,7 +14,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from services.talker.model.frame_step import (
-    NUM_KNOBS, PENALTY, PRED_TEMPERATURE, PRED_TOP_P, TEMPERATURE, TOP_P, FrameInputs, FrameOutputs, FrameStep,
+    MODES, NUM_KNOBS, PENALTY, PRED_TEMPERATURE, PRED_TOP_P, TEMPERATURE, TOP_P, FrameInputs, FrameOutputs, FrameStep,
+    Mode,
 )
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class FrameGraphs:
         self.buckets = tuple(sorted(buckets))
         self.capture = capture
         self.pool = torch.cuda.graph_pool_handle() if capture else None
-        self._shapes: dict[tuple[int, bool], _Captured] = {}
+        self._shapes: dict[tuple[int, Mode], _Captured] = {}
 
     def bucket_for(self, rows: int) -> int:
         for b in self.buckets:
@@ -53,37 +54,37 @@ class FrameGraphs:
         raise ValueError(f"{rows} rows exceed the largest frame graph bucket {self.buckets[-1]}")
 
     def capture_all(self) -> None:
-        """Capture every bucket, greedy and sampling, now (at start) rather than on a first request's time."""
+        """Capture every bucket in every mode now (at start) rather than on a first request's time."""
         for bucket in self.buckets:
-            for sample in (False, True):
-                self._get(bucket, sample)
+            for mode in MODES:
+                self._get(bucket, mode)
 
-    def run(self, inp: FrameInputs, sample: bool) -> FrameOutputs:
+    def run(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
         """One frame for the `B` rows of `inp` (device tensors); outputs are views valid until the next run."""
         rows = inp.code0.shape[0]
-        shape = self._get(self.bucket_for(rows), sample)
-        self._load(shape.inputs, inp, rows, sample)
+        shape = self._get(self.bucket_for(rows), mode)
+        self._load(shape.inputs, inp, rows, mode)
         if shape.graph is not None:
             shape.graph.replay()
             out = shape.outputs
         else:
-            out = self.step(shape.inputs, sample)
+            out = self.step(shape.inputs, mode)
         assert out is not None
         return FrameOutputs(out.frames[:rows], out.hidden[:rows], out.next_code0[:rows])
 
-    def _load(self, static: FrameInputs, inp: FrameInputs, rows: int, sample: bool) -> None:
+    def _load(self, static: FrameInputs, inp: FrameInputs, rows: int, mode: Mode) -> None:
         for f in fields(FrameInputs):
-            if not sample and f.name.endswith("noise"):
+            if mode == "greedy" and f.name.endswith("noise"):
                 continue  # the greedy graph never reads the noise
             getattr(static, f.name)[:rows].copy_(getattr(inp, f.name))
         _pad(static, rows, self.step.kv.scratch_slot)
 
-    def _get(self, bucket: int, sample: bool) -> _Captured:
-        shape = self._shapes.get((bucket, sample))
+    def _get(self, bucket: int, mode: Mode) -> _Captured:
+        shape = self._shapes.get((bucket, mode))
         if shape is None:
-            shape = self._shapes[(bucket, sample)] = _Captured(self._static_inputs(bucket))
+            shape = self._shapes[(bucket, mode)] = _Captured(self._static_inputs(bucket))
             if self.capture:
-                self._capture(shape, bucket, sample)
+                self._capture(shape, bucket, mode)
         return shape
 
     def _static_inputs(self, bucket: int) -> FrameInputs:
@@ -100,20 +101,20 @@ class FrameGraphs:
         _pad(inputs, 0, self.step.kv.scratch_slot)
         return inputs
 
-    def _capture(self, shape: _Captured, bucket: int, sample: bool) -> None:
+    def _capture(self, shape: _Captured, bucket: int, mode: Mode) -> None:
         t0, before = time.perf_counter(), torch.cuda.memory_reserved()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up: Triton compiles and cuBLAS picks its kernels outside the capture
             for _ in range(2):
-                self.step(shape.inputs, sample)
+                self.step(shape.inputs, mode)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            shape.outputs = self.step(shape.inputs, sample)
+            shape.outputs = self.step(shape.inputs, mode)
         shape.graph = graph
         log.info("talker: captured the frame graph for %d rows (%s) in %.2f s, %.1f MiB reserved", bucket,
-                 "sampling" if sample else "greedy", time.perf_counter() - t0,
+                 mode, time.perf_counter() - t0,
                  (torch.cuda.memory_reserved() - before) / 2**20)
 
 

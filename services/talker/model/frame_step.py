@@ -12,22 +12,43 @@ control codes suppressed).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from runtime.attention import write_kv
-from runtime.kernels import fused_add_rmsnorm, fused_moe, paged_decode_attention, qk_norm_rope, qk_norm_rope_reference
+from runtime.attention import allocate_kv_cache, write_kv
+from runtime.kernels import (
+    fused_add_rmsnorm, fused_moe, paged_attention, paged_decode_attention, qk_norm_rope, qk_norm_rope_reference,
+)
+from runtime.kernels.activation import silu_mul
 from services.talker.model.fused import AttentionWeights, predictor_weights, talker_weights
 from services.talker.model.kv import KVPool
-from services.talker.model.layers import attend, rope_cos_sin
+from services.talker.model.layers import rope_cos_sin
 from services.talker.model.load import TalkerModel
-from services.talker.model.sampling import TalkerSampling, draw, penalize, warp
+from services.talker.model.sampling import TalkerSampling, draw, draw_among_top, penalize, warp
 
 # Columns of FrameInputs.knobs, one row per batch row.
 DO_SAMPLE, TEMPERATURE, TOP_K, TOP_P, PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P, PENALTY = range(8)
 NUM_KNOBS = 8
+
+# How a frame picks codes: every row greedy (no sampling kernels), sampling among the TOP_WIDTH best scores
+# (every sampling row has top_k in 1..TOP_WIDTH: the model's default 50), or sampling over the whole vocabulary.
+Mode = Literal["greedy", "topk", "full"]
+MODES: tuple[Mode, ...] = ("greedy", "topk", "full")
+TOP_WIDTH = 64
+PREDICTOR_BLOCK = 32  # code-predictor positions a row may use in one frame (talker state + 16 codebooks = 17)
+
+
+def frame_mode(samplings: Iterable[TalkerSampling]) -> Mode:
+    """The cheapest mode that makes every row's choice exactly."""
+    drawing = [s for s in samplings if s.do_sample]
+    if not drawing:
+        return "greedy"
+    narrow = all(1 <= k <= TOP_WIDTH for s in drawing for k in (s.top_k, s.predictor_top_k))
+    return "topk" if narrow else "full"
 
 
 def knob_row(s: TalkerSampling) -> list[float]:
@@ -72,64 +93,69 @@ class FrameStep:
         self.suppress = suppress
         self.talker = talker_weights(model.lm)
         self.predictor = predictor_weights(model.predictor)
+        pcfg = model.cfg.code_predictor
+        if pcfg.num_code_groups + 1 > PREDICTOR_BLOCK:
+            raise ValueError(f"{pcfg.num_code_groups} code groups need more than {PREDICTOR_BLOCK} predictor positions")
+        self.predictor_kv = allocate_kv_cache(len(self.predictor), kv.num_slots + 1, PREDICTOR_BLOCK,
+                                              pcfg.num_kv_heads, pcfg.head_dim, model.dtype, model.device)
 
-    def __call__(self, inp: FrameInputs, sample: bool) -> FrameOutputs:
-        """`sample` False skips every sampling kernel (all rows greedy); True draws for rows with DO_SAMPLE set."""
+    def __call__(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
+        """One frame; `mode` (see `frame_mode`) must suit every row's sampling settings."""
         model, knobs = self.model, inp.knobs
         code0_embed = model.lm.codec_embedding(inp.code0)
-        codes, embed_sum = self._predict(inp.past_hidden, code0_embed, knobs, inp.predictor_noise, sample)
+        codes, embed_sum = self._predict(inp.past_hidden, code0_embed, knobs, inp.predictor_noise, mode)
         x = embed_sum + model.text_embeds(inp.text_ids)
         hidden = self._talker(x, inp.positions, inp.slots, inp.cache_len)
         logits = model.lm.codec_head(hidden).float()
         logits = penalize(logits, self.seen[inp.slots], knobs[:, PENALTY])
         logits = logits.masked_fill(self.suppress, float("-inf"))
-        next_code0 = _pick(logits, knobs, (TEMPERATURE, TOP_K, TOP_P), inp.talker_noise, sample)
+        next_code0 = _pick(logits, knobs, (TEMPERATURE, TOP_K, TOP_P), inp.talker_noise, mode)
         self.seen.index_put_((inp.slots, next_code0), torch.ones_like(next_code0, dtype=torch.bool))
         return FrameOutputs(torch.cat((inp.code0[:, None], codes), dim=1), hidden, next_code0)
 
     # --- code predictor ----------------------------------------------------------------------------------------
 
     def _predict(
-        self, past: torch.Tensor, code0_embed: torch.Tensor, knobs: torch.Tensor, noise: torch.Tensor, sample: bool
+        self, past: torch.Tensor, code0_embed: torch.Tensor, knobs: torch.Tensor, noise: torch.Tensor, mode: Mode
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Codebooks 1..G-1 `(B, G-1)` and the sum of the frame's G embeddings `(B, hidden)` (CodePredictor.predict)."""
         predictor = self.model.predictor
         x = torch.stack((past, code0_embed), dim=1)  # (B, 2, hidden): position 0 the talker state, 1 code 0
-        caches: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(self.predictor)
         embeds, codes, start = [code0_embed], [], 0
         for g in range(1, predictor.cfg.num_code_groups):
-            last = self._predictor_forward(x, start, caches)
+            last = self._predictor_forward(x, start)
             start += x.shape[1]
             logits = predictor.lm_head[g - 1](last).float()
-            code = _pick(logits, knobs, (PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P), noise[:, g - 1], sample)
+            code = _pick(logits, knobs, (PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P), noise[:, g - 1], mode)
             codes.append(code)
             embeds.append(predictor.codec_embedding[g - 1](code))
             x = embeds[-1][:, None]
         return torch.stack(codes, dim=1), torch.stack(embeds, dim=1).sum(dim=1)
 
-    def _predictor_forward(
-        self, x: torch.Tensor, start: int, caches: list[tuple[torch.Tensor, torch.Tensor] | None]
-    ) -> torch.Tensor:
-        """x `(B, T, hidden)` at positions start..start+T-1 (every row alike) -> the last position's normed state."""
+    def _predictor_forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """x `(B, T, hidden)` at positions start..start+T-1 (every row alike) -> the last position's normed state.
+
+        Row b keeps this frame's keys in block b of `predictor_kv` (fresh every frame: the first step writes
+        positions 0 and 1, later steps one each, and attention reads only what this frame wrote).
+        """
         batch, steps, dim = x.shape
-        predictor = self.model.predictor
-        cos, sin = rope_cos_sin(torch.arange(start, start + steps, device=x.device), predictor.inv_freq, x.dtype)
+        predictor, dev = self.model.predictor, x.device
+        cos, sin = rope_cos_sin(torch.arange(start, start + steps, device=dev), predictor.inv_freq, x.dtype)
         cos, sin = cos.repeat(batch, 1), sin.repeat(batch, 1)  # (B*T, D): row-major tokens
+        rows = torch.arange(batch, dtype=torch.int32, device=dev)
+        write_at = (rows[:, None] * PREDICTOR_BLOCK + torch.arange(start, start + steps, device=dev)).flatten()
+        kv_lens = torch.full((batch,), start + steps, dtype=torch.int32, device=dev)
+        cu_seqlens = torch.arange(0, (batch + 1) * steps, steps, dtype=torch.int32, device=dev)
         h, residual = x.reshape(batch * steps, dim), None
-        for i, w in enumerate(self.predictor):
+        for w, kv_cache in zip(self.predictor, self.predictor_kv):
             a = w.attn
             normed, residual = fused_add_rmsnorm(h, residual, a.input_norm, a.eps)
             q, k, v = _qkv(normed, a, cos, sin)
-            q, k, v = (t.view(batch, steps, -1, a.head_dim).transpose(1, 2) for t in (q, k, v))
-            cached = caches[i]
-            if cached is not None:
-                k, v = torch.cat((cached[0], k), dim=2), torch.cat((cached[1], v), dim=2)
-            caches[i] = (k, v)
-            out = attend(q, k, v, None, causal=steps > 1)  # (B, Hq, T, D)
-            out = F.linear(out.transpose(1, 2).reshape(batch * steps, -1), a.o)
+            write_kv(kv_cache, k, v, write_at)
+            out = paged_attention(q.contiguous(), kv_cache, rows[:, None], kv_lens, cu_seqlens, steps)
+            out = F.linear(out.reshape(batch * steps, -1), a.o)
             normed, residual = fused_add_rmsnorm(out, residual, a.post_norm, a.eps)
-            gate, up = F.linear(normed, w.gate_up).chunk(2, dim=-1)
-            h = F.linear(F.silu(gate) * up, w.down)
+            h = F.linear(silu_mul(F.linear(normed, w.gate_up)), w.down)
         last = lambda t: t.view(batch, steps, dim)[:, -1]  # noqa: E731 - the norm is per token: only the last one
         return fused_add_rmsnorm(last(h), last(residual), predictor.norm.weight, predictor.norm.eps).normed
 
@@ -175,12 +201,15 @@ def _qkv(
 
 
 def _pick(
-    logits: torch.Tensor, knobs: torch.Tensor, columns: tuple[int, int, int], noise: torch.Tensor, sample: bool
+    logits: torch.Tensor, knobs: torch.Tensor, columns: tuple[int, int, int], noise: torch.Tensor, mode: Mode
 ) -> torch.Tensor:
     """argmax for greedy rows; temperature/top-k/top-p then the seeded exponential-race draw for sampling rows."""
     greedy = logits.argmax(dim=-1)
-    if not sample:
+    if mode == "greedy":
         return greedy
     temperature, top_k, top_p = (knobs[:, c] for c in columns)
-    drawn = draw(warp(logits, temperature, top_k.long(), top_p), noise)
+    if mode == "topk":
+        drawn = draw_among_top(logits, temperature, top_k.long(), top_p, noise, TOP_WIDTH)
+    else:
+        drawn = draw(warp(logits, temperature, top_k.long(), top_p), noise)
     return torch.where(knobs[:, DO_SAMPLE] > 0, drawn, greedy)

@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 import torch
 
 from services.talker.model.frame_graphs import FrameGraphs, batch_buckets
-from services.talker.model.frame_step import FrameInputs, FrameStep, knob_row
+from services.talker.model.frame_step import FrameInputs, FrameStep, frame_mode, knob_row
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt, build_prefill, trailing_text
 from services.talker.model.sampling import GREEDY, TalkerSampling, draw, penalize, top2_margin, warp
@@ -129,8 +129,8 @@ class TalkerRunner:
         for s, go in zip(states, going):
             if go:
                 self.kv.check_capacity(s.cache_len + 1)
-        sample = any(s.sampling.do_sample for s in states)
-        talker_noise, predictor_noise = self._noise(states) if sample else (None, None)
+        mode = frame_mode(s.sampling for s in states)
+        talker_noise, predictor_noise = self._noise(states) if mode != "greedy" else (None, None)
         host_long = torch.tensor([
             [s.code0 for s in states],
             [s.next_text() if go else s.tts_pad for s, go in zip(states, going)],
@@ -143,7 +143,8 @@ class TalkerRunner:
             cache_len=host_long[3], knobs=torch.tensor([knob_row(s.sampling) for s in states]).to(dev),
             talker_noise=talker_noise, predictor_noise=predictor_noise,
         )  # type: ignore[arg-type]  # noise is None only for a greedy batch, whose graph never reads it
-        out = self.frames.run(inputs, sample)
+        out = self.frames.run(inputs, mode)
+        self._draw_ahead([s for s, go in zip(states, going) if go])  # while the GPU runs the frame
         next_codes = out.next_code0.tolist()
         frames, hidden = out.frames.clone(), out.hidden.clone()  # the graph's outputs are rewritten next frame
         eos = self.model.cfg.tokens.codec_eos
@@ -181,10 +182,21 @@ class TalkerRunner:
         for s in states:
             if s.generator is None:
                 rows.append(torch.zeros(v_talker + groups * v_pred, device=dev))
+            elif s.next_noise is not None:
+                rows.append(s.next_noise)
+                s.next_noise = None
             else:
                 rows.append(torch.rand(v_talker + groups * v_pred, generator=s.generator, device=dev))
         noise = torch.stack(rows)
         return noise[:, :v_talker], noise[:, v_talker:].view(len(states), groups, v_pred)
+
+    def _draw_ahead(self, states: Sequence[TalkerState]) -> None:
+        """Draw each sampling row's next-frame uniforms now; its generator yields the same stream either way."""
+        cfg = self.model.cfg
+        width = cfg.lm.vocab_size + (cfg.num_code_groups - 1) * cfg.code_predictor.vocab_size
+        for s in states:
+            if s.generator is not None and s.next_noise is None:
+                s.next_noise = torch.rand(width, generator=s.generator, device=self.model.device)
 
     def _advance(self, states: Sequence[TalkerState], hidden: torch.Tensor, noise: torch.Tensor) -> None:
         """Choose each row's next codebook-0 code from the talker's hidden `(B, hidden)`; EOS finishes a row."""

@@ -69,6 +69,27 @@ def draw(logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return (probs / -torch.log(noise.clamp_min(1e-20))).argmax(dim=-1)
 
 
+def draw_among_top(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, noise: torch.Tensor,
+    width: int,
+) -> torch.Tensor:
+    """`draw(warp(...), noise)` over each row's `width` best tokens only, for rows whose top_k is in 1..width.
+
+    Top-k keeps nothing past the k-th score, so the kept set lies inside the `width` best (unless more than
+    width - k scores tie the k-th exactly); top-p and the race then run on `(B, width)` instead of sorting the
+    vocabulary twice. Same kept set, same uniforms, same winner; only the softmax sums run over fewer zeros.
+    """
+    values, ids = (logits / temperature[:, None]).topk(width, dim=-1)  # descending
+    kth = values.gather(-1, (top_k.clamp(1, width) - 1)[:, None])
+    values = values.masked_fill(values < kth, float("-inf"))
+    ascending = values.flip(-1)
+    drop = ascending.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)[:, None]
+    drop[:, -1] = False  # always keep the most likely token
+    values = values.masked_fill(drop.flip(-1) & (top_p < 1)[:, None], float("-inf"))
+    race = values.float().softmax(dim=-1) / -torch.log(noise.gather(-1, ids).clamp_min(1e-20))
+    return ids.gather(-1, race.argmax(dim=-1, keepdim=True))[:, 0]
+
+
 def top2_margin(logits: torch.Tensor) -> torch.Tensor:
     """Gap between the best and second-best score per row: small gaps mark near-ties in greedy parity."""
     top = logits.topk(2, dim=-1).values

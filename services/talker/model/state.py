@@ -31,6 +31,7 @@ class TalkerState:
     code0: int = -1  # codebook-0 code of the next frame, sampled by the last talker forward
     last_hidden: torch.Tensor | None = None  # (hidden,) final-normed talker state that produced `code0`
     seen: torch.Tensor | None = None  # (talker vocab,) bool: codes generated so far (repetition penalty)
+    next_noise: torch.Tensor | None = None  # next frame's uniforms, drawn ahead while the GPU ran this one
     text: deque[int] = field(default_factory=deque)
     text_done: bool = False
     num_frames: int = 0

@@ -11,6 +11,7 @@ import torch
 
 from runtime.checkpoint import token_ids as T
 from services.talker.model.frame_graphs import batch_buckets
+from services.talker.model.frame_step import frame_mode
 from services.talker.model.generate import TalkerRunner
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt
@@ -52,7 +53,8 @@ def speak(model: TalkerModel, fast: bool, samplings: list[TalkerSampling], max_f
 @pytest.mark.parametrize("samplings", [
     [GREEDY] * 3,
     [TalkerSampling(seed=1), GREEDY, TalkerSampling(seed=3, top_k=5, top_p=0.7, repetition_penalty=1.3)],
-], ids=["greedy", "mixed"])  # fmt: skip
+    [TalkerSampling(seed=2, top_k=0, predictor_top_k=0), TalkerSampling(seed=4), GREEDY],
+], ids=["greedy", "top-k", "full-vocabulary"])  # fmt: skip
 def test_fast_frames_equal_the_reference_loop(model: TalkerModel, samplings: list[TalkerSampling]) -> None:
     """Three rows in a bucket of four (one padding row), leaving at 5, 9 and 12 frames."""
     ref, _ = speak(model, False, samplings, [12, 5, 9], [3, 8, 1])
@@ -60,6 +62,13 @@ def test_fast_frames_equal_the_reference_loop(model: TalkerModel, samplings: lis
     assert [len(r) for r in got] == [12, 5, 9]
     assert got == ref
     assert sorted(runner.kv.free_slots) == [0, 1, 2, 3]
+
+
+def test_frame_mode_is_the_cheapest_exact_one() -> None:
+    assert frame_mode([GREEDY, TalkerSampling(do_sample=False, top_k=0)]) == "greedy"
+    assert frame_mode([GREEDY, TalkerSampling(top_k=64, predictor_top_k=1)]) == "topk"
+    assert frame_mode([TalkerSampling(), TalkerSampling(predictor_top_k=65)]) == "full"
+    assert frame_mode([TalkerSampling(top_k=0)]) == "full"
 
 
 def test_padding_rows_never_touch_a_real_slot(model: TalkerModel) -> None:

@@ -7,7 +7,7 @@ from transformers.generation.logits_process import (
     RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
 )
 
-from services.talker.model.sampling import TalkerSampling, draw, penalize, warp
+from services.talker.model.sampling import TalkerSampling, draw, draw_among_top, penalize, warp
 
 
 def test_penalty_matches_transformers() -> None:
@@ -53,3 +53,17 @@ def test_draw_follows_the_distribution() -> None:
 def test_bad_sampling_names_the_field(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=f"TalkerSampling.{field}"):
         TalkerSampling(**{field: value})
+
+
+def test_draw_among_top_equals_the_full_vocabulary_draw() -> None:
+    """Same uniforms, same winner: 64 rows of per-row knobs, bf16-rounded scores (ties included)."""
+    gen = torch.Generator().manual_seed(0)
+    rows, vocab = 64, 2048
+    logits = (torch.randn(rows, vocab, generator=gen) * 3).bfloat16().float()
+    temperature = torch.rand(rows, generator=gen) + 0.3
+    top_k = torch.randint(1, 65, (rows,), generator=gen)
+    top_p = torch.where(torch.arange(rows) % 3 == 0, torch.ones(rows), torch.rand(rows, generator=gen) * 0.9 + 0.05)
+    for _ in range(5):
+        noise = torch.rand(rows, vocab, generator=gen)
+        full = draw(warp(logits, temperature, top_k, top_p), noise)
+        assert torch.equal(draw_among_top(logits, temperature, top_k, top_p, noise, 64), full)
