@@ -2,28 +2,45 @@
 
 Per level: audio seconds produced per wall second, time to first audio (p50/p99), real-time factor per request,
 and streaming viability (share of chunks that arrived before the previous one would have finished playing).
-`--tiny` runs the demo checkpoint on CPU (a smoke test); `--model DIR` any checkpoint on the configured devices.
+`--tiny` runs the demo checkpoint on CPU (a smoke test); `--model DIR` any checkpoint on the configured devices;
+`--random-weights` the released dims with random weights, written as a checkpoint first (no real checkpoint needed):
+
+    PYTHONPATH=.:protos python3 bench/talker/bench_speech_mesh.py --random-weights --device cuda --dtype bfloat16 \
+        --thinker-kv-gib 8 --out bench/results/speech-mesh-h200.json          # add --talker-device cuda:1 on two GPUs
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
+import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import grpc
+if __package__ in (None, ""):  # run as a script: make the repo root importable for `bench.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.thinker.gateway_loop import Mesh
-from bench.thinker.workload import percentile
-from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
+import grpc  # noqa: E402
+import torch  # noqa: E402
+
+from bench.talker.random_checkpoint import (checkpoint_bytes, real_speech_config,  # noqa: E402
+                                            write_random_speech_checkpoint)
+from bench.thinker.gateway_loop import Mesh  # noqa: E402
+from bench.thinker.workload import percentile  # noqa: E402
+from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
+from runtime.checkpoint.demo_config import demo_config  # noqa: E402
+from runtime.model_path import resolve_model  # noqa: E402
 
 SAMPLE_RATE = 24_000
+# random weights pick the codec EOS about once in 2,049 frames: most answers run to the frame cap
+RANDOM_WEIGHTS_MAX_FRAMES = 250  # 20 s of audio
 SENTENCES = ["Tell me about the sea.", "Describe a quiet morning in the mountains.", "What makes a good friend?",
              "Explain how rain forms.", "Say something kind to a stranger."]
 
@@ -96,47 +113,120 @@ def summarize(records: list[SpeechRecord], concurrency: int) -> dict[str, Any]:
                      "audio_s": r.audio_seconds} for r in done]}
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(prog="bench_speech_mesh", description=__doc__)
+class RandomCheckpoint(NamedTuple):
+    dir: Path
+    bytes: int
+    write_s: float
+
+
+def write_random_checkpoint(args: argparse.Namespace) -> RandomCheckpoint:
+    """The released dims (demo dims with --tiny), random weights drawn on the thinker's device, in /dev/shm when
+    it has room (the stages then read from memory), else the tmp dir or --ckpt-dir."""
+    t0 = time.perf_counter()
+    config = demo_config() if args.tiny else real_speech_config()
+    dtype = getattr(torch, args.dtype)
+    need = checkpoint_bytes(config, dtype) + (1 << 30)
+    candidates = [args.ckpt_dir] if args.ckpt_dir else [Path("/dev/shm"), Path(tempfile.gettempdir())]
+    for base in candidates:
+        base.mkdir(parents=True, exist_ok=True)
+        if shutil.disk_usage(base).free >= need:
+            out = Path(tempfile.mkdtemp(prefix="speech-random-", dir=base))
+            break
+    else:
+        raise OSError(f"no room for a {need / 2**30:.1f} GiB checkpoint in {[str(c) for c in candidates]}; "
+                      f"pass --ckpt-dir on a filesystem with that much free")
+    nbytes = write_random_speech_checkpoint(out, args.device, dtype, seed=0, config=config)
+    return RandomCheckpoint(out, nbytes, time.perf_counter() - t0)
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.processor() or "cpu"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench_speech_mesh", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--model", default="demo", help="checkpoint dir or 'demo'")
-    p.add_argument("--tiny", action="store_true", help="demo checkpoint on CPU, short answers: a smoke test")
-    p.add_argument("--device", default="cpu", help="device of the thinker and talker stages")
+    weights = p.add_mutually_exclusive_group()
+    weights.add_argument("--model", default=None, help="checkpoint dir or 'demo' (the default)")
+    weights.add_argument("--random-weights", action="store_true",
+                         help="the released dims (demo dims with --tiny), random weights written to --ckpt-dir first")
+    p.add_argument("--ckpt-dir", type=Path, default=None,
+                   help="where --random-weights writes (~68 GB in bf16; default: /dev/shm, else tmp); removed after")
+    p.add_argument("--tiny", action="store_true", help="demo dims, short answers: a smoke test")
+    p.add_argument("--device", default="cpu", help="device of the thinker stage (and the talker's by default)")
+    p.add_argument("--talker-device", default=None, help="device of the talker stage, e.g. cuda:1 (default: --device)")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--thinker-kv-gib", type=float, default=0.0, help="thinker KV cache (0: the stage's default)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--text-tokens", type=int, default=64, help="text tokens per answer (the speech follows them)")
-    p.add_argument("--max-frames", type=int, default=4095, help="codec frames per answer at most")
+    p.add_argument("--max-frames", type=int, default=None,
+                   help=f"codec frames per answer at most (default 4095; {RANDOM_WEIGHTS_MAX_FRAMES} with "
+                        "--random-weights, which seldom end an answer themselves)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--measured", type=int, default=0, help="per level; default 2 x concurrency")
     p.add_argument("--voice", default="ethan")
     args = p.parse_args(argv)
+    args.talker_device = args.talker_device or args.device
+    if args.max_frames is None:
+        args.max_frames = RANDOM_WEIGHTS_MAX_FRAMES if args.random_weights else 4095
     if args.tiny:
         args.concurrency, args.text_tokens, args.max_frames = [1, 2], 6, 12
-    from runtime.model_path import resolve_model
+    return args
 
-    model_dir = resolve_model(args.model)
-    stage = {"device": args.device, "dtype": args.dtype}
+
+def mesh_stages(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(thinker section, other sections) of the mesh config."""
+    thinker: dict[str, Any] = {"device": args.device, "dtype": args.dtype}
+    if args.thinker_kv_gib:
+        thinker["engine"] = {"kv_cache_bytes": int(args.thinker_kv_gib * 2**30)}
+    talker = {"device": args.talker_device, "dtype": args.dtype, "speech": {"max_frames": args.max_frames}}
+    return thinker, {"talker": talker}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    checkpoint = write_random_checkpoint(args) if args.random_weights else None
+    model_dir = checkpoint.dir if checkpoint else resolve_model(args.model or "demo")
+    thinker, stages = mesh_stages(args)
     workdir = Path(tempfile.mkdtemp(prefix="bench-speech-"))
-    with open(workdir / "mesh.log", "w") as log:
-        mesh = Mesh(model_dir, stage, workdir, log, ready_timeout_s=900,
-                    stages={"talker": {**stage, "speech": {"max_frames": args.max_frames}}})
-        try:
-            levels = [summarize(asyncio.run(closed_loop(mesh.address, c, args.warmup, args.measured or 2 * c,
-                                                        args.text_tokens, args.voice)), c) for c in args.concurrency]
-        finally:
-            mesh.stop()
+    mesh_log = args.out.with_suffix(".mesh.log")  # beside the result: it comes back from the GPU machine with it
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(mesh_log, "w") as log:
+            mesh = Mesh(model_dir, thinker, workdir, log, ready_timeout_s=900, stages=stages)
+            try:
+                levels = [summarize(asyncio.run(closed_loop(mesh.address, c, args.warmup, args.measured or 2 * c,
+                                                            args.text_tokens, args.voice)), c)
+                          for c in args.concurrency]
+            finally:
+                mesh.stop()
+    finally:
+        if checkpoint:
+            shutil.rmtree(checkpoint.dir, ignore_errors=True)
     result = {"benchmark": "text_to_speech_through_gateway", "commit": _commit(), "date": time.strftime("%FT%TZ"),
-              "device": args.device, "command": " ".join(["bench/talker/bench_speech_mesh.py", *(argv or sys.argv[1:])]),
-              "model": args.model, "text_tokens": args.text_tokens, "levels": levels}
+              "device": args.device, "talker_device": args.talker_device,
+              "device_names": {"thinker": device_name(args.device), "talker": device_name(args.talker_device)},
+              "command": " ".join(["bench/talker/bench_speech_mesh.py", *(argv or sys.argv[1:])]),
+              "flags": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+              "model": "random (std 0.02)" if checkpoint else args.model or "demo", "dtype": args.dtype,
+              "max_frames": args.max_frames, "text_tokens": args.text_tokens, "mesh_log": str(mesh_log),
+              "levels": levels}
+    if checkpoint:
+        result["checkpoint"] = {"bytes": checkpoint.bytes, "write_s": checkpoint.write_s,
+                                "dims": "demo" if args.tiny else "released"}
     args.out.write_text(json.dumps(result, indent=1))
     return result
 
 
 def _commit() -> str:
+    """HEAD, or $OMNIMESH_COMMIT where the copy has no git history (the GPU machine)."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
     except OSError:
-        return "unknown"
+        head = ""
+    return head if len(head) == 40 else os.environ.get("OMNIMESH_COMMIT", "unknown")
 
 
 if __name__ == "__main__":
