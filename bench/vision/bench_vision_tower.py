@@ -4,8 +4,11 @@
     python bench/vision/bench_vision_tower.py --tiny --out /tmp/vision_tiny.json                # CPU smoke test
 
 Workloads (real dims): 8 images at 448×448, 8 images at 1280×720 (smart_resize → 1280×704), a 60 s video at
-2 fps and 448×448 (120 frames, 47,040 patches), the patch embed as one GEMM vs the Conv3d it replaces, and
-the uint8 → patches preprocessing of that video. Medians over `--iters` timed runs after `--warmup`.
+2 fps and 448×448 (120 frames, 47,040 patches). Each is timed through the whole tower once per attention backend
+(`--attention`, default every backend the device takes; "ours" is the first) and through the attention call
+alone. On the video's shapes: the q/k rotary (fused kernel vs PyTorch), fc1 + GELU (GEMM epilogue vs separate),
+the patch embed as one GEMM vs the Conv3d it replaces, and the uint8 → patches preprocessing.
+Medians over `--iters` timed runs after `--warmup`.
 """
 from __future__ import annotations
 
@@ -26,7 +29,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from runtime.kernels.vision_rotary import vision_rotary, vision_rotary_reference
 from services.vision.model import Grid, VisionTower, VisionTowerConfig
+from services.vision.model.attention import ATTENTION_BACKENDS, select_attention
 from services.vision.model.plan import build_plan
 from services.vision.preprocess import VisionPreprocessor
 from runtime.vision_processing import VisionProcessingConfig
@@ -80,6 +85,31 @@ def timed(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) 
     return {"median_ms": statistics.median(samples), "min_ms": min(samples), "max_ms": max(samples)}
 
 
+def timed_or_error(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) -> dict[str, Any]:
+    """`timed`, or the error of a backend that cannot run these shapes (a forced SDPA kernel refusing them)."""
+    try:
+        return timed(fn, device, warmup, iters)
+    except RuntimeError as err:
+        return {"error": str(err).splitlines()[0][:300]}
+
+
+def attention_choices(spec: str, device: torch.device, dtype: torch.dtype) -> list[str]:
+    """Backends named in `spec` (comma-separated), or with "all" every backend that loads on this device."""
+    if spec != "all":
+        names = spec.split(",")
+        for name in names:
+            select_attention(name, device, dtype)  # fail early on a name or device it cannot take
+        return names
+    usable = []
+    for name in ATTENTION_BACKENDS:
+        try:
+            select_attention(name, device, dtype)
+        except (ValueError, RuntimeError):
+            continue
+        usable.append(name)
+    return usable
+
+
 def reference_tower(cfg: VisionTowerConfig, device: torch.device, dtype: torch.dtype) -> Any | None:
     """transformers' encoder with random init at `cfg`'s dims, or None when transformers is not installed."""
     try:
@@ -113,8 +143,10 @@ def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dty
     cfg = TINY if args.tiny else REAL
     hf = None if args.skip_hf else reference_tower(cfg, device, dtype)
     state = hf.state_dict() if hf is not None else random_state(cfg, seed=0)
-    ours = VisionTower.from_state_dict(cfg, state, device, dtype, attention=args.attention)
-    results: dict[str, Any] = {"attention_backend": ours.attention_backend, "workloads": {}}
+    choices = attention_choices(args.attention, device, dtype)
+    ours = VisionTower.from_state_dict(cfg, state, device, dtype, attention=choices[0])
+    results: dict[str, Any] = {"attention_backend": ours.attention_backend, "attention_choices": choices,
+                               "workloads": {}, "attention_only": {}}
     gen = torch.Generator().manual_seed(0)
     for work in workloads(args.tiny):
         num_patches = sum(g.num_patches for g in work.grids)
@@ -123,7 +155,12 @@ def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dty
         # host-only cost of a batch shape seen for the first time (later ones hit the tower's plan cache)
         row["plan_build"] = timed(lambda: build_plan(work.grids, cfg.spatial_merge_size, cfg.position_grid_side),
                                   torch.device("cpu"), args.warmup, args.iters)
-        row["ours"] = timed(lambda: ours(patches, work.grids), device, args.warmup, args.iters)
+        row["by_attention"] = {}
+        for name in choices:
+            ours.use_attention(name)
+            run = timed if name == choices[0] else timed_or_error  # "ours" must run; a forced kernel may refuse
+            row["by_attention"][name] = run(lambda: ours(patches, work.grids), device, args.warmup, args.iters)
+        row["ours"] = dict(row["by_attention"][choices[0]])
         row["ours"]["items_per_s"] = work.items / (row["ours"]["median_ms"] / 1e3)
         if hf is not None:
             grid_thw = torch.tensor([list(g) for g in work.grids], device=device)
@@ -131,11 +168,62 @@ def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dty
                 row["transformers"] = timed(lambda: hf(patches, grid_thw=grid_thw), device, args.warmup, args.iters)
             row["transformers_over_ours"] = row["transformers"]["median_ms"] / row["ours"]["median_ms"]
         results["workloads"][work.name] = row
+        results["attention_only"][work.name] = bench_attention(cfg, ours, work, choices, device, dtype, args)
         print(f"{work.name}: {json.dumps(row)}", flush=True)
+    ours.use_attention(choices[0])
     video = workloads(args.tiny)[-1]
+    results["rotary"] = bench_rotary(cfg, ours, video, device, dtype, args)
+    results["mlp_fc1"] = bench_fc1_gelu(cfg, ours, video, device, dtype, args)
     results["patch_embed"] = bench_patch_embed(cfg, ours, video, device, dtype, args)
     results["preprocess"] = bench_preprocess(video, device, args)
     return results
+
+
+def bench_attention(
+    cfg: VisionTowerConfig, ours: VisionTower, work: Workload, choices: list[str], device: torch.device,
+    dtype: torch.dtype, args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One block's attention call per backend, on q, k and a v that is a strided view of qkv, as in the tower."""
+    plan = ours.plan(work.grids)
+    qkv = torch.randn(plan.num_patches, 3, cfg.num_heads, cfg.head_dim, device=device, dtype=dtype)
+    q, k, v = qkv[:, 0].contiguous(), qkv[:, 1].contiguous(), qkv[:, 2]
+    row = {}
+    with torch.inference_mode():
+        for name in choices:
+            attend = select_attention(name, device, dtype)[1]
+            row[name] = timed_or_error(lambda: attend(q, k, v, plan), device, args.warmup, args.iters)
+    return row
+
+
+def bench_rotary(
+    cfg: VisionTowerConfig, ours: VisionTower, work: Workload, device: torch.device, dtype: torch.dtype,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One block's q/k rotary: the entry point (one Triton launch on CUDA) vs the PyTorch reference."""
+    plan = ours.plan(work.grids)
+    cos, sin = ours.rotary(plan)
+    qkv = torch.randn(plan.num_patches, 3, cfg.num_heads, cfg.head_dim, device=device, dtype=dtype)
+    q, k = qkv[:, 0], qkv[:, 1]
+    fused = timed(lambda: vision_rotary(q, k, cos, sin), device, args.warmup, args.iters)
+    reference = timed(lambda: vision_rotary_reference(q, k, cos, sin), device, args.warmup, args.iters)
+    return {"patches": plan.num_patches, "fused": fused, "reference": reference,
+            "reference_over_fused": reference["median_ms"] / fused["median_ms"]}
+
+
+def bench_fc1_gelu(
+    cfg: VisionTowerConfig, ours: VisionTower, work: Workload, device: torch.device, dtype: torch.dtype,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """fc1 + GELU(tanh): GEMM then a GELU pass vs GELU in the GEMM's epilogue (what the tower runs on CUDA)."""
+    num_patches = sum(g.num_patches for g in work.grids)
+    x = torch.randn(num_patches, cfg.hidden_size, device=device, dtype=dtype)
+    fc1 = ours.blocks[0].mlp.linear_fc1
+    with torch.inference_mode():
+        separate = timed(lambda: F.gelu(fc1(x), approximate="tanh"), device, args.warmup, args.iters)
+        epilogue = timed(lambda: torch._addmm_activation(fc1.bias, x, fc1.weight.t(), use_gelu=True),
+                         device, args.warmup, args.iters)
+    return {"patches": num_patches, "separate": separate, "epilogue": epilogue,
+            "separate_over_epilogue": separate["median_ms"] / epilogue["median_ms"]}
 
 
 def bench_patch_embed(
@@ -189,7 +277,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
                         help="default: bfloat16 on CUDA, float32 on CPU")
-    parser.add_argument("--attention", default="auto", help="auto | segments | varlen")
+    parser.add_argument("--attention", default="all",
+                        help=f"comma-separated backends to time, the first being 'ours', or 'all' (default: every "
+                             f"backend this device takes) from {', '.join(ATTENTION_BACKENDS)}")
     parser.add_argument("--warmup", type=int, default=None, help="default: 3 (1 with --tiny)")
     parser.add_argument("--iters", type=int, default=None, help="default: 10 (2 with --tiny)")
     parser.add_argument("--skip-hf", action="store_true", help="do not time transformers' vision tower")

@@ -1,10 +1,14 @@
 """Attention over packed patches, full inside each segment (one temporal patch of one item), never across.
 
 Backends, picked once when the tower loads:
-- `segments`: dense SDPA per run of equal-length consecutive segments, batched as [count, H, length, D].
-  Exact on CPU in fp32; on GPU it runs torch's fused SDPA kernels. Shapes come from the host plan.
+- `segments`: dense SDPA per run of equal-length consecutive segments, batched as [count, H, length, D], with
+  torch choosing the SDPA kernel. Exact on CPU in fp32. Shapes come from the host plan.
+- `segments-cudnn`, `segments-flash`, `segments-efficient`: the same calls restricted to that one SDPA kernel
+  (CUDA, fp16/bf16); a shape the kernel cannot take raises instead of silently running another one.
 - `varlen`: one variable-length flash kernel over all segments via `cu_seqlens` (the `flash_attn` package
   when importable, else `torch.nn.attention.varlen.varlen_attn`); CUDA with fp16/bf16 only.
+- `auto`: on CUDA fp16/bf16, per batch: a plan of one run (video frames, same-size images) is a single dense
+  SDPA call with cuDNN first (Hopper's fused kernel), other plans go to varlen; elsewhere `segments`.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from importlib.util import find_spec
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from services.vision.model.plan import VisionPlan
 
@@ -75,18 +80,53 @@ def make_varlen() -> AttentionFn:
     return torch_flash_varlen
 
 
-ATTENTION_BACKENDS = ("auto", "segments", "varlen")
+def make_segments(kernels: list[SDPBackend]) -> AttentionFn:
+    """`segment_sdpa` with SDPA limited to `kernels`, tried in that order."""
+
+    def segments_with(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: VisionPlan) -> torch.Tensor:
+        with sdpa_kernel(kernels, set_priority=True):
+            return segment_sdpa(q, k, v, plan)
+
+    return segments_with
+
+
+def make_auto(dense: AttentionFn, varlen: AttentionFn | None) -> AttentionFn:
+    """`dense` for plans of one run of equal segments (one SDPA call, no padding); `varlen` for the rest."""
+
+    def auto(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: VisionPlan) -> torch.Tensor:
+        if varlen is None or len(plan.runs) == 1:
+            return dense(q, k, v, plan)
+        return varlen(q, k, v, plan)
+
+    return auto
+
+
+# The single SDPA kernel each forced backend runs.
+FORCED_SDPA = {
+    "segments-cudnn": SDPBackend.CUDNN_ATTENTION,
+    "segments-flash": SDPBackend.FLASH_ATTENTION,
+    "segments-efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+# `auto`'s kernel order for a one-run plan: cuDNN's Hopper kernel first, then torch's own, math last so it never fails.
+AUTO_DENSE_ORDER = [
+    SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH,
+]
+ATTENTION_BACKENDS = ("auto", "segments", "varlen", *FORCED_SDPA)
 
 
 def select_attention(name: str, device: torch.device, dtype: torch.dtype) -> tuple[str, AttentionFn]:
     """The backend `name` resolves to on this device and dtype, and its function."""
     if name not in ATTENTION_BACKENDS:
         raise ValueError(f"attention={name!r} is not a backend; use one of {ATTENTION_BACKENDS}")
-    flash_ok = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+    half_on_cuda = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
     if name == "auto":
-        name = "varlen" if flash_ok and varlen_available() else "segments"
+        if not half_on_cuda:
+            return "segments", segment_sdpa
+        return name, make_auto(make_segments(AUTO_DENSE_ORDER), make_varlen() if varlen_available() else None)
+    if name != "segments" and not half_on_cuda:
+        raise ValueError(f"attention={name!r} needs CUDA with fp16/bf16, got {device} {dtype}; use 'segments'")
     if name == "varlen":
-        if not flash_ok:
-            raise ValueError(f"attention='varlen' needs CUDA with fp16/bf16, got {device} {dtype}; use 'segments'")
         return name, make_varlen()
+    if name in FORCED_SDPA:
+        return name, make_segments([FORCED_SDPA[name]])
     return name, segment_sdpa

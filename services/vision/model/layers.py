@@ -5,10 +5,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runtime.kernels.vision_rotary import vision_rotary
 from services.vision.model.attention import AttentionFn
 from services.vision.model.config import VisionTowerConfig
 from services.vision.model.plan import VisionPlan
-from services.vision.model.rotary import apply_rotary
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 class PatchEmbed(nn.Module):
@@ -32,9 +34,10 @@ class VisionAttention(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: VisionPlan, attend: AttentionFn
     ) -> torch.Tensor:
-        q, k, v = self.qkv(x).unflatten(-1, (3, self.num_heads, -1)).unbind(1)  # each [N, H, D]
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out = attend(q.contiguous(), k.contiguous(), v.contiguous(), plan)  # [N, H, D]
+        qkv = self.qkv(x).unflatten(-1, (3, self.num_heads, -1))  # [N, 3, H, D]
+        q, k = vision_rotary(qkv[:, 0], qkv[:, 1], cos, sin)  # contiguous [N, H, D] each; one kernel on CUDA
+        # v stays a strided view of qkv: every backend reads rows by stride, so a copy would only add traffic
+        out = attend(q, k, qkv[:, 2], plan)  # [N, H, D]
         return self.proj(out.flatten(1))  # [N, hidden]
 
 
@@ -46,7 +49,15 @@ class VisionMLP(nn.Module):
         self.approximate = "tanh" if cfg.hidden_act == "gelu_pytorch_tanh" else "none"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear_fc2(F.gelu(self.linear_fc1(x), approximate=self.approximate))
+        fc1 = self.linear_fc1
+        if self.approximate == "tanh" and x.is_cuda and x.dtype in HALF_DTYPES and x.dim() == 2:
+            # GELU in the GEMM's epilogue (cuBLASLt GELU_BIAS) saves a pass over the [N, 4304] activations. On CUDA
+            # `use_gelu` is the tanh form (on CPU it is the exact form, hence CUDA only); it rounds once, after the
+            # GELU, where the unfused path also rounds the GEMM output before it.
+            hidden = torch._addmm_activation(fc1.bias, x, fc1.weight.t(), use_gelu=True)
+        else:
+            hidden = F.gelu(fc1(x), approximate=self.approximate)
+        return self.linear_fc2(hidden)
 
 
 class VisionBlock(nn.Module):

@@ -1,4 +1,7 @@
-"""The vision tower's 2-D ("axial") rotary embedding: half the frequencies follow the patch row, half the column."""
+"""The vision tower's 2-D ("axial") rotary angles: half the frequencies follow the patch row, half the column.
+
+`runtime.kernels.vision_rotary` applies them to q and k.
+"""
 from __future__ import annotations
 
 import torch
@@ -17,10 +20,3 @@ def rotary_cos_sin(coords: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.
     angles = torch.cat([angles, angles], dim=-1)  # [M, head_dim]
     return angles.cos(), angles.sin()
 
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [N, H, D] by cos/sin [N, D] in float32 (as the reference does), back in x's dtype."""
-    xf = x.to(torch.float32)
-    half = xf.shape[-1] // 2
-    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
-    return (xf * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)

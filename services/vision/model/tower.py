@@ -80,8 +80,12 @@ class VisionTower(nn.Module):
         tower.load_state_dict(tensors, strict=True, assign=True)
         tower.requires_grad_(False).eval()
         tower._inv_freq = inv_frequencies(cfg.head_dim, cfg.rope_theta, device)
-        tower.attention_backend, tower._attend = select_attention(attention, device, dtype)
+        tower.use_attention(attention)
         return tower
+
+    def use_attention(self, name: str) -> None:
+        """Switches the attention backend (one of `ATTENTION_BACKENDS`) for later forwards."""
+        self.attention_backend, self._attend = select_attention(name, self.device, self.dtype)
 
     @property
     def device(self) -> torch.device:
@@ -114,8 +118,7 @@ class VisionTower(nn.Module):
                 f"({plan.num_patches}, {self.cfg.patch_dim})"
             )
         x = self.patch_embed(patches) + self.positions(plan)  # [N, hidden]
-        cos, sin = rotary_cos_sin(plan.frame_coords, self._inv_freq)  # [M, head_dim] per distinct-frame patch
-        cos, sin = cos.index_select(0, plan.frame_row), sin.index_select(0, plan.frame_row)  # [N, head_dim]
+        cos, sin = self.rotary(plan)  # once per forward, shared by every block
         deepstack: list[torch.Tensor] = []
         slots = {layer: slot for slot, layer in enumerate(self.cfg.deepstack_visual_indexes)}
         for layer, block in enumerate(self.blocks):
@@ -123,6 +126,11 @@ class VisionTower(nn.Module):
             if layer in slots:
                 deepstack.append(self.merger_list[slots[layer]](x))
         return VisionOutput(self.merger(x), deepstack)
+
+    def rotary(self, plan: VisionPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [N, head_dim] float32 (the reference applies the rotary in float32) for every patch."""
+        cos, sin = rotary_cos_sin(plan.frame_coords, self._inv_freq)  # [M, head_dim] per distinct-frame patch
+        return cos.index_select(0, plan.frame_row), sin.index_select(0, plan.frame_row)  # [N, head_dim]
 
     def positions(self, plan: VisionPlan) -> torch.Tensor:
         """Learned positions bilinearly resampled to each grid, [N, hidden] in the tower's dtype."""
