@@ -23,7 +23,9 @@ SERVICE_NAME = "omnimesh.v1.Audio"
 def build_audio_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> AudioService:
     stage = mesh.audio
     device = torch.device(stage.device)
-    encoder = AudioEncoder.load(model_dir, device=device, dtype=getattr(torch, stage.dtype))
+    # CUDA graphs: short requests would otherwise wait on Python launching ~400 kernels one by one
+    encoder = AudioEncoder.load(model_dir, device=device, dtype=getattr(torch, stage.dtype),
+                                cuda_graphs=device.type == "cuda")
     mel = MelConfig.from_checkpoint(model_dir)
     if mel.feature_size != encoder.config.num_mel_bins:
         raise ValueError(f"{model_dir}: preprocessor_config.json feature_size={mel.feature_size} but the audio encoder "

@@ -91,10 +91,9 @@ class AudioService:
     def _forward(self, clips: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """One log-mel pass and one encoder forward over every clip; runs in the batcher's worker thread."""
         mels = self.extractor(list(clips))  # [mel_bins, T_i] each, on the encoder's device
-        plan = self.encoder.plan([m.shape[1] for m in mels])
         # One device-to-host copy for the whole batch; it also waits for the GPU, so compute time is real.
-        packed = self.encoder.encode(mels, plan).cpu()  # [sum tokens, output_dim]
-        return list(packed.split(plan.token_counts, dim=0))
+        packed = self.encoder.encode(mels).cpu()  # [sum tokens, output_dim]
+        return list(packed.split(self.encoder.token_counts([m.shape[1] for m in mels]), dim=0))
 
     def _record_batch(self, stats: BatchStats) -> None:
         self.metrics.get("omnimesh_encoder_latency_seconds").observe(stats.compute_seconds)

@@ -27,25 +27,22 @@ def padded_window_attention(qkv: torch.Tensor, plan: AudioBatchPlan, scale: floa
 
 
 def varlen_window_attention(qkv: torch.Tensor, plan: AudioBatchPlan, scale: float) -> torch.Tensor:
-    """Flash varlen over `cu_seqlens` straight on the packed tokens (CUDA, fp16/bf16); no padding, no gather."""
-    from torch.nn.attention.varlen import varlen_attn
+    """Flash varlen over `cu_seqlens` straight on the packed tokens (CUDA, fp16/bf16); no padding, no gather.
 
+    Calls the aten op that `torch.nn.attention.varlen.varlen_attn` wraps: the wrapper is a Python custom op (host
+    time on every one of the 32 layers) and launches an extra fill for an rng state this forward never reads."""
     num_tokens, _, heads, head_dim = qkv.shape
     q, k, v = qkv.unbind(1)  # each [N, H, D], rows strided, last dim contiguous as flash requires
-    # The default scale is head_dim ** -0.5, the encoder's; passing it positionally keeps older torch signatures happy.
-    assert abs(scale - head_dim ** -0.5) < 1e-12
-    out = varlen_attn(q, k, v, plan.cu_seqlens, plan.cu_seqlens, plan.max_window, plan.max_window)  # [N, H, D]
+    out = torch.ops.aten._flash_attention_forward(
+        q, k, v, plan.cu_seqlens, plan.cu_seqlens, plan.max_window, plan.max_window, 0.0, False, False, scale=scale,
+    )[0]  # [N, H, D]
     return out.reshape(num_tokens, heads * head_dim)
 
 
 def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
     if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
         return False
-    try:
-        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return hasattr(torch.ops.aten, "_flash_attention_forward") and torch.backends.cuda.is_flash_attention_available()
 
 
 def select_attention(backend: str, device: torch.device, dtype: torch.dtype) -> WindowAttention:
@@ -53,7 +50,7 @@ def select_attention(backend: str, device: torch.device, dtype: torch.dtype) -> 
     if backend not in BACKENDS:
         raise ValueError(f"attention backend {backend!r} is unknown: use one of {BACKENDS}")
     if backend == "varlen" and not varlen_available(device, dtype):
-        raise ValueError(f"attention backend 'varlen' needs CUDA, fp16/bf16 and torch.nn.attention.varlen; "
+        raise ValueError(f"attention backend 'varlen' needs CUDA, fp16/bf16 and torch's flash attention; "
                          f"got {device}, {dtype}: use 'padded' or 'auto'")
     if backend == "varlen" or (backend == "auto" and varlen_available(device, dtype)):
         return varlen_window_attention

@@ -9,7 +9,8 @@ import torch
 from services.audio.model import AudioEncoder, AudioEncoderConfig
 from services.audio.model.attention import padded_window_attention
 from services.audio.model.layers import FP16_CLAMP, EncoderLayer
-from services.audio.model.plan import plan_batch
+from services.audio.model.graphs import CudaGraphs, fill_mel
+from services.audio.model.plan import plan_batch, plan_bucketed
 
 
 @pytest.fixture(scope="module")
@@ -66,5 +67,34 @@ def test_fp16_residual_is_clamped() -> None:
         layer.fc2.bias.fill_(6e4)  # pushes the residual past fp16's range
         layer.fc2.weight.zero_()
     plan = plan_batch([200], config)
-    out = layer(torch.full((plan.num_tokens, 16), 6e4, dtype=torch.float16), plan, padded_window_attention)
+    h = torch.full((plan.num_tokens, 16), 6e4, dtype=torch.float16)
+    out, normed = layer(h, layer.self_attn_layer_norm(h), plan, padded_window_attention, layer.final_layer_norm)
     assert torch.isfinite(out).all() and out.max().item() == pytest.approx(FP16_CLAMP, rel=1e-3)
+    torch.testing.assert_close(normed, layer.final_layer_norm(out))
+
+
+def test_bucketed_plan_gives_the_eager_tokens(encoder: AudioEncoder) -> None:
+    """The CUDA-graph path's computation, run eagerly on CPU: full-chunk padding, masks for short clips, padding
+    rows in a window of their own, the mel in a static buffer with stale rows past the clips."""
+    torch.manual_seed(3)
+    mels = [torch.randn(128, t) for t in (30, 1234, 57)]
+    plan = plan_bucketed([m.shape[1] for m in mels], encoder.config)
+    static = torch.randn(plan.zero_frame + 1, 128)  # stale frames everywhere...
+    static[plan.zero_frame] = 0  # ...but the zero frame, which a graph's buffer keeps from its creation
+    fill_mel(static, mels)
+    with torch.inference_mode():
+        out = encoder.run_plan(static, plan)
+    assert out.shape == (plan.num_rows, encoder.config.output_dim)
+    torch.testing.assert_close(out[:plan.num_tokens], torch.cat(encoder(mels)), rtol=1e-5, atol=1e-5)
+
+
+def test_cuda_graphs_need_a_cuda_device(demo_ckpt: Path) -> None:
+    with pytest.raises(ValueError, match="cuda_graphs=True needs a CUDA device"):
+        AudioEncoder.load(demo_ckpt, "cpu", torch.float32, cuda_graphs=True)
+
+
+def test_cuda_graph_limits_are_checked(encoder: AudioEncoder) -> None:
+    with pytest.raises(ValueError, match="max_chunks >= 1"):
+        CudaGraphs(encoder.config, max_chunks=0)
+    graphs = CudaGraphs(encoder.config, max_chunks=6)
+    assert graphs.fits([500, 99]) and not graphs.fits([500, 101])

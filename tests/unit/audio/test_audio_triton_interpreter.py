@@ -1,0 +1,21 @@
+"""The AuT's Triton kernels (stem convs, fused add + LayerNorm) checked on CPU through Triton's interpreter
+(skipped where triton is missing)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+REPO = HERE.parents[2]
+
+
+def test_audio_kernels_match_references_in_the_interpreter() -> None:
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(HERE / "audio_interpreter_check.py")], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
