@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from bench.talker.random_checkpoint import (checkpoint_bytes, real_speech_config,  # noqa: E402
                                             write_random_speech_checkpoint)
+from bench.talker.hf_speech_baseline import hf_speech  # noqa: E402
 from bench.thinker.gateway_loop import Mesh  # noqa: E402
 from bench.thinker.workload import percentile  # noqa: E402
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
@@ -167,6 +168,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--measured", type=int, default=0, help="per level; default 2 x concurrency")
     p.add_argument("--voice", default="ethan")
+    p.add_argument("--hf-requests", type=int, default=0,
+                   help="requests through transformers' generate at batch 1 afterwards, for the ratio (0 skips)")
     args = p.parse_args(argv)
     args.talker_device = args.talker_device or args.device
     if args.max_frames is None:
@@ -216,6 +219,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if checkpoint:
         result["checkpoint"] = {"bytes": checkpoint.bytes, "write_s": checkpoint.write_s,
                                 "dims": "demo" if args.tiny else "released"}
+    if args.hf_requests:  # after the mesh is gone: transformers needs the whole device
+        config = demo_config() if args.tiny or not args.random_weights else real_speech_config()
+        if not args.random_weights:
+            config = json.loads((model_dir / "config.json").read_text())
+        hf = hf_speech(config, torch.device(args.device), getattr(torch, args.dtype), args.hf_requests,
+                       args.text_tokens, args.max_frames, args.voice)
+        result["transformers"] = hf
+        c1 = next((lv for lv in levels if lv["concurrency"] == 1), None)
+        if c1 is not None:
+            result["c1_audio_s_per_s_over_transformers"] = c1["audio_s_per_s"] / hf["audio_s_per_s"]
     args.out.write_text(json.dumps(result, indent=1))
     return result
 
