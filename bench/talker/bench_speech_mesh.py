@@ -168,6 +168,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--measured", type=int, default=0, help="per level; default 2 x concurrency")
     p.add_argument("--voice", default="ethan")
+    p.add_argument("--log-level", default="INFO",
+                   help="the mesh's; DEBUG adds the talker's first-audio timeline of every request to the mesh log")
     p.add_argument("--hf-requests", type=int, default=0,
                    help="requests through transformers' generate at batch 1 afterwards, for the ratio (0 skips)")
     args = p.parse_args(argv)
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(mesh_log, "w") as log:
-            mesh = Mesh(model_dir, thinker, workdir, log, ready_timeout_s=900, stages=stages)
+            mesh = Mesh(model_dir, thinker, workdir, log, ready_timeout_s=900, stages=stages, log_level=args.log_level)
             try:
                 levels = [summarize(asyncio.run(closed_loop(mesh.address, c, args.warmup, args.measured or 2 * c,
                                                             args.text_tokens, args.voice)), c)

@@ -26,13 +26,13 @@ class Mesh:
     (text->text); `stages` adds sections (e.g. `{"talker": {...}}` for speech)."""
 
     def __init__(self, model_dir: Path, thinker: dict[str, Any], workdir: Path, log: TextIO,
-                 ready_timeout_s: float, stages: dict[str, Any] | None = None) -> None:
+                 ready_timeout_s: float, stages: dict[str, Any] | None = None, log_level: str = "INFO") -> None:
         config = workdir / "bench_mesh.yaml"
         off = {"enabled": False}
         mesh = {"thinker": thinker, "vision": off, "audio": off, "talker": off, **(stages or {})}
         config.write_text(yaml.safe_dump(mesh))
         cmd = [sys.executable, "-m", "gateway.cli.main", "up", "--model", str(model_dir), "--config", str(config),
-               "--port", "0", "--ready-timeout", str(ready_timeout_s)]
+               "--port", "0", "--ready-timeout", str(ready_timeout_s), "--log-level", log_level]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         self.ports = self._wait_ready(ready_timeout_s)
         self.address = f"127.0.0.1:{self.ports['gateway']['grpc_port']}"

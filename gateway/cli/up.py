@@ -29,11 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default=None, help="gateway listen address (default 127.0.0.1)")
     p.add_argument("--config", type=Path, default=None, help="mesh YAML (see deploy/mesh.example.yaml)")
     p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds a stage may take to load")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="for `up` and every stage process")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging("up")
+    configure_logging("up", args.log_level)
     mesh = load_mesh_config(args.config)
     if args.model:
         mesh = replace(mesh, model=args.model)
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="omnimesh-up-"))
     config_path = workdir / "mesh.yaml"
     write_mesh_config(mesh, config_path)
-    common = ["--config", str(config_path), "--model", str(model_dir)]
+    common = ["--config", str(config_path), "--model", str(model_dir), "--log-level", args.log_level]
     try:
         for stage, module in STAGE_MODULES.items():
             if not mesh.stage(stage).enabled:

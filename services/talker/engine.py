@@ -177,7 +177,8 @@ class SpeechEngine:
                 self._send(job, err)
                 continue
             job.started(state)
-            job.compute_seconds += time.perf_counter() - t0
+            job.prefill_seconds = time.perf_counter() - t0
+            job.compute_seconds += job.prefill_seconds
             self._running[job.job_id] = job
             if self._metrics is not None:
                 self._metrics.get("omnimesh_queue_time_seconds").observe(job.queue_seconds)
@@ -212,6 +213,8 @@ class SpeechEngine:
             job.compute_seconds += elapsed
             if parts:
                 self._send(job, job.audio(parts))
+                if job.chunks == 1 and log.isEnabledFor(logging.DEBUG):
+                    log.debug("speech %s: %s", job.inp.request_id, job.first_audio_timeline())
         return True
 
     @staticmethod

@@ -31,6 +31,8 @@ class SpeechJob:
     emitted_samples: int = 0
     chunks: int = 0
     submitted: float = field(default_factory=time.monotonic)
+    first_text_at: float | None = None  # when the thinker's first token arrived
+    prefill_seconds: float = 0.0
     queue_seconds: float = 0.0
     compute_seconds: float = 0.0
 
@@ -44,6 +46,8 @@ class SpeechJob:
         return self.text[0] if self.text else None
 
     def add_text(self, token_ids: list[int]) -> None:
+        if self.first_text_at is None and token_ids:
+            self.first_text_at = time.monotonic()
         if self.state is None:
             self.text.extend(token_ids)
         else:
@@ -51,6 +55,8 @@ class SpeechJob:
                 self.state.push_text(t)
 
     def end_text(self) -> None:
+        if self.first_text_at is None:
+            self.first_text_at = time.monotonic()
         self.text_ended = True
         if self.state is not None:
             self.state.finish_text()
@@ -85,6 +91,14 @@ class SpeechJob:
         self.emitted_frames = hi
         self.emitted_samples += samples.numel()
         return out
+
+    def first_audio_timeline(self) -> str:
+        """Where the time to this request's first audio went (ms since it reached the talker), for a debug log."""
+        now = time.monotonic()
+        first_text = (self.first_text_at or now) - self.submitted
+        return (f"first thinker token +{1e3 * first_text:.1f} ms, row started +{1e3 * self.queue_seconds:.1f} ms, "
+                f"prefill {1e3 * self.prefill_seconds:.1f} ms, first audio +{1e3 * (now - self.submitted):.1f} ms "
+                f"after {self.emitted_frames} frames, talker compute {1e3 * self.compute_seconds:.1f} ms")
 
     def finished(self) -> FinishedOut:
         assert self.state is not None

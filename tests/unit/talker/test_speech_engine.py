@@ -149,3 +149,20 @@ def test_a_dead_engine_fails_every_stream(engine: SpeechEngine, monkeypatch: pyt
 
     asyncio.run(run())
     assert engine.failure is not None
+
+
+def test_first_audio_timeline_is_logged_at_debug(engine: SpeechEngine, caplog: pytest.LogCaptureFixture) -> None:
+    """Where a request's time to first audio went, once per request: the 3 a.m. answer to "why is TTFA high"."""
+
+    async def run() -> None:
+        handle = engine.submit(_input())
+        handle.push_text([20, 21, 22, 23])
+        handle.end_text()
+        await _drain(handle)
+
+    with caplog.at_level("DEBUG", logger="services.talker.engine"):
+        asyncio.run(run())
+    lines = [r.getMessage() for r in caplog.records if "first audio" in r.getMessage()]
+    assert len(lines) == 1
+    assert lines[0].startswith("speech r: first thinker token +") and "prefill" in lines[0]
+    assert "after 3 frames" in lines[0]  # the first chunk holds first_chunk_frames
