@@ -207,6 +207,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                           for c in args.concurrency]
             finally:
                 mesh.stop()
+        # after the mesh is gone (transformers needs the whole device), at the dims of the checkpoint it served
+        config = json.loads((model_dir / "config.json").read_text())
+        hf = (hf_speech(config, torch.device(args.device), getattr(torch, args.dtype), args.hf_requests,
+                        args.text_tokens, args.max_frames, args.voice) if args.hf_requests else None)
     finally:
         if checkpoint:
             shutil.rmtree(checkpoint.dir, ignore_errors=True)
@@ -221,12 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if checkpoint:
         result["checkpoint"] = {"bytes": checkpoint.bytes, "write_s": checkpoint.write_s,
                                 "dims": "demo" if args.tiny else "released"}
-    if args.hf_requests:  # after the mesh is gone: transformers needs the whole device
-        config = demo_config() if args.tiny or not args.random_weights else real_speech_config()
-        if not args.random_weights:
-            config = json.loads((model_dir / "config.json").read_text())
-        hf = hf_speech(config, torch.device(args.device), getattr(torch, args.dtype), args.hf_requests,
-                       args.text_tokens, args.max_frames, args.voice)
+    if hf is not None:
         result["transformers"] = hf
         c1 = next((lv for lv in levels if lv["concurrency"] == 1), None)
         if c1 is not None:

@@ -1,9 +1,12 @@
 """Text->speech through transformers' `generate` (thinker, talker, Code2Wav) on the same dims: the ratio's baseline.
 
 transformers speaks one request at a time and returns the waveform at the end, so its time to first audio is the
-whole request; audio-s/s is audio produced over wall time at batch 1 (the mesh's c=1 workload). Weights are random
-(`_from_config` on the device), the talker samples with the model's defaults, and both decoders are held to exact
-lengths (min = max new tokens), so every request does the same work as the mesh's.
+whole request; audio-s/s is audio produced over wall time at batch 1 (the mesh's c=1 workload). The model is built
+on the device from the mesh checkpoint's config and drawn as bench/talker/random_checkpoint.py draws it (std 0.02,
+norm gains 1: transformers' own init can overflow the talker's sampling at these dims), the talker samples with
+the model's defaults, and both decoders are held to exact lengths (min = max new tokens), so every request does
+the same work as the mesh's. (Loading the checkpoint itself would need `accelerate` for a device map, and
+staging 68 GB through host memory beside the /dev/shm copy does not fit the GPU machine.)
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ from typing import Any
 import torch
 
 from runtime.checkpoint import token_ids as T
+from bench.talker.random_checkpoint import STD
+from runtime.checkpoint.hf_compat import apply_talker_audio_config_fix
 
 SAMPLE_RATE = 24_000
 
@@ -35,7 +40,11 @@ def hf_speech(config: dict[str, Any], device: torch.device, dtype: torch.dtype, 
     with torch.device(device):
         model = Qwen3OmniMoeForConditionalGeneration._from_config(
             Qwen3OmniMoeConfig.from_dict(config), dtype=dtype, attn_implementation="sdpa")
+    apply_talker_audio_config_fix(model.config)
     model.eval().requires_grad_(False)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for name, p in model.named_parameters():
+        p.fill_(1.0) if name.endswith("norm.weight") else p.normal_(0.0, STD, generator=gen)
     rows = []
     try:
         for index in range(requests + 1):  # the first is a warm-up

@@ -23,16 +23,16 @@ def test_tiny_run_writes_every_level(demo_ckpt: Path, tmp_path: Path) -> None:
         assert level["ttfa_ms_p50"] > 0
 
 
-def test_transformers_baseline_speaks_exact_lengths() -> None:
+def test_transformers_baseline_speaks_exact_lengths(demo_ckpt: Path) -> None:
     """Demo dims on CPU: a request runs to its frame count (no early codec EOS), so the ratio compares equal work.
 
     transformers hands code2wav all but the last code and its decoder trims the edges: ~4.7 of the 6 frames."""
     import torch
 
     from bench.talker.hf_speech_baseline import SAMPLE_RATE, hf_speech
-    from runtime.checkpoint.demo_config import demo_config
 
-    result = hf_speech(demo_config(), torch.device("cpu"), torch.float32, requests=1, text_tokens=3, frames=6)
+    config = json.loads((demo_ckpt / "config.json").read_text())
+    result = hf_speech(config, torch.device("cpu"), torch.float32, requests=1, text_tokens=3, frames=6)
     (row,) = result["raw"]
     assert result["requests"] == 1 and result["audio_s_per_s"] > 0 and result["first_audio_ms_p50"] > 0
     assert 4 * 1920 <= row["audio_s"] * SAMPLE_RATE <= 6 * 1920  # frames of 1,920 samples
