@@ -75,6 +75,10 @@ class TalkerClient:
                 else:
                     f = msg.finished
                     yield SpeechDone(f.num_frames, f.audio_seconds, f.finish_reason)
+                    # `finished` is the answer's end. Waiting for the call's status instead would let a race
+                    # turn it INTERNAL: if the talker finished before the thinker, this side may still be
+                    # writing text as the call closes, and grpc reports that write as "Internal error from Core".
+                    return
         except grpc.aio.AioRpcError as err:
             raise stage_error("talker", err) from None
         finally:
