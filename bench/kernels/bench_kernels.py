@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
-from runtime.kernels.moe_config import moe_config
+from runtime.kernels.moe_config import SMALL_PATH_MAX_TOKENS, moe_config
 from runtime.kernels.moe_reference import experts_reference, topk_softmax_reference
 from runtime.kernels.moe_triton import fused_moe_triton
 from runtime.kernels.paged_attention_reference import gathered_sdpa_decode
@@ -112,6 +112,10 @@ def bench_moe(bandwidth: float, config_path: Path | None, records: list[dict], l
                    "weight_copies": len(layers.items),
                    "config": [cfg.block_m, list(cfg.gate_up), list(cfg.down), cfg.align_small_max_pairs]}
             rec["triton_ms"] = graph_ms(lambda: fused_moe_triton(x, *layers.next(), top_k, config=cfg))
+            if m <= 2 * SMALL_PATH_MAX_TOKENS:  # both paths around the switch, to place SMALL_PATH_MAX_TOKENS
+                small, grouped = cfg._replace(small_max_tokens=m), cfg._replace(small_max_tokens=0)
+                rec["small_path_ms"] = graph_ms(lambda: fused_moe_triton(x, *layers.next(), top_k, config=small))
+                rec["grouped_path_ms"] = graph_ms(lambda: fused_moe_triton(x, *layers.next(), top_k, config=grouped))
             try:
                 rec["grouped_mm_ms"] = graph_ms(lambda: grouped_mm_moe(x, *layers.next(), top_k))
             except Exception as err:  # noqa: BLE001
@@ -140,6 +144,8 @@ def bench_decode_attention(bandwidth: float, records: list[dict]) -> None:
         rec = {"kernel": "paged_decode_attention", "B": batch, "kv_len": kv_len, "block_size": block_size,
                "min_bytes": kv_bytes, "kv_copies": copies}
         rec["triton_ms"] = graph_ms(lambda: paged_attention_triton(q, kv, tables.next(), kv_lens, cu, 1))
+        rec["merge_apart_ms"] = graph_ms(lambda: paged_attention_triton(q, kv, tables.next(), kv_lens, cu, 1,
+                                                                        merge_in_kernel=False))
         rec["gathered_sdpa_ms"] = graph_ms(lambda: gathered_sdpa_decode(q, kv, tables.next(), kv_lens))
         finish(rec, bandwidth)
         records.append(rec)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One GPU-machine call: the kernels' GPU tests, the fused-MoE tuner, then the benchmarks; everything lands in $OUT.
+# One GPU-machine call: the kernels' GPU tests, the fused-MoE tuner, then the benchmarks (kernels alone, then the
+# Thinker's per-layer decode chains before/after fusion); everything lands in $OUT.
 # Usage (repo root, on the device):  OUT=/some/dir bash bench/kernels/run_device.sh
 set -o pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -24,3 +25,7 @@ CFG=${MOE_CFG:-$OUT/fused_moe_tuned.json}
 timeout "${BENCH_S:-140}" python3 bench/kernels/bench_kernels.py --out "$OUT/bench.json" \
   $( [ -f "$CFG" ] && echo --moe-config "$CFG" ) 2>&1 | tee "$OUT/bench.log" | tail -60
 echo "bench: ${SECONDS}s"
+timeout "${LAYER_S:-120}" python3 bench/kernels/bench_decode_layer.py --out "$OUT/decode_layer.json" \
+  $( [ -f "$CFG" ] && echo --moe-config "$CFG" ) 2>&1 \
+  | tee "$OUT/decode_layer.log" | tail -30
+echo "decode layer: ${SECONDS}s"

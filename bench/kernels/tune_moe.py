@@ -4,7 +4,8 @@ Run on the GPU machine:  PYTHONPATH=. python bench/kernels/tune_moe.py --out run
 Per batch size it tries a few row blocks (BLOCK_M, shared by the grouping and both GEMMs), times each GEMM's
 candidates alone (triton do_bench: median, L2 flushed between calls), keeps the fastest sum, picks the faster
 grouping kernel (one-program or parallel, timed in CUDA graphs), and checks the chosen config against the fp32
-reference before writing it.
+reference before writing it. Batch sizes the small path takes (moe_small_triton) also get its two kernels' tiles,
+gate_up first, then down with the best gate_up; both timed together, as they always run.
 """
 from __future__ import annotations
 
@@ -21,10 +22,13 @@ import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
 from runtime.kernels.moe_align import MoeAlignment, align_torch
-from runtime.kernels.moe_config import GemmConfig, MoeConfig, config_to_json, default_config, shape_key
+from runtime.kernels.moe_config import (
+    SMALL_DOWN, SMALL_GATE_UP, SMALL_PATH_MAX_TOKENS, GemmConfig, MoeConfig, config_to_json, default_config, shape_key,
+)
 from runtime.kernels.moe_gemm_triton import down_weighted, gate_up_silu
 from runtime.kernels.moe_reference import Routing, experts_reference, topk_softmax_reference
 from runtime.kernels.moe_align_triton import align_triton_parallel, align_triton_small
+from runtime.kernels.moe_small_triton import experts_small_triton
 from runtime.kernels.moe_triton import experts_triton
 
 BATCH_SIZES = [1, 4096, 64, 16, 256, 1024, 4, 2, 8, 32, 128, 512, 2048]  # spread first, in case time runs out
@@ -75,6 +79,33 @@ def gemm_candidates(block_m: int, num_b_tiles: int) -> list[GemmConfig]:
     return keep
 
 
+def small_candidates(kind: str) -> list[GemmConfig]:
+    """Small-path tiles (16 rows): gate_up wants enough N tiles to fill the GPU at 8 experts, down enough at one
+    token's H outputs; smem per stage is (16 x bk + b_tiles x bk x bn) x 2 bytes."""
+    if kind == "gate_up":
+        grid = [(bn, bk, 4, st) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
+    else:
+        grid = [(bn, bk, 4, st) for bn in (16, 32) for bk in (128, 256, 512) for st in (3, 4, 5)]
+    b_tiles = 2 if kind == "gate_up" else 1
+    return [GemmConfig(*c) for c in grid if c[3] * (16 * c[1] + b_tiles * c[1] * c[0]) * 2 <= SMEM_LIMIT]
+
+
+def tune_small(shape: Shape, m: int, tensors: dict, log: list[dict]) -> tuple[GemmConfig, GemmConfig, float]:
+    """(gate_up tile, down tile, ms of both) for the small path at m tokens; the defaults where nothing ran."""
+    x = torch.randn(m, shape.hidden, device=DEVICE).to(DTYPE)
+    logits = x @ tensors["router"].T
+    w_gate_up, w_down = tensors["w_gate_up"], tensors["w_down"]
+    tag = f"{shape.name} M={m} small"
+
+    def run(gate_up: GemmConfig, down: GemmConfig) -> torch.Tensor:
+        return experts_small_triton(x, logits, w_gate_up, w_down, shape.top_k, True, gate_up, down)
+
+    _, gate_up = best_of(small_candidates("gate_up"), lambda c: run(c, SMALL_DOWN), log, tag + " gate_up")
+    gate_up = gate_up or SMALL_GATE_UP
+    ms, down = best_of(small_candidates("down"), lambda c: run(gate_up, c), log, tag + " down")
+    return gate_up, down or SMALL_DOWN, ms
+
+
 def time_ms(fn: Callable[[], object]) -> float:
     return float(do_bench(fn, warmup=3, rep=10, return_mode="median"))
 
@@ -121,13 +152,21 @@ def tune_one(shape: Shape, m: int, tensors: dict, log: list[dict]) -> tuple[MoeC
 
 
 def verify(shape: Shape, m: int, cfg: MoeConfig, tensors: dict) -> float:
-    """rel error of the routed experts with this config against fp32 PyTorch."""
+    """The larger rel error of the routed experts with this config (grouped path, and small path where it runs)
+    against fp32 PyTorch."""
     x = torch.randn(m, shape.hidden, device=DEVICE).to(DTYPE)
-    routing = topk_softmax_reference(x @ tensors["router"].T, shape.top_k)
-    out = experts_triton(x, routing, tensors["w_gate_up"], tensors["w_down"], cfg)
+    # distinct logits (a shuffled ladder 0.05 apart survives bf16): the small path routes itself, and a tie at the
+    # k-th expert could be broken unlike torch.topk breaks it
+    ladder = torch.argsort(torch.rand(m, shape.experts, device=DEVICE), dim=-1).float() * 0.05 - 3.0
+    logits = ladder.to(DTYPE)
+    routing = topk_softmax_reference(logits, shape.top_k)
     ref = experts_reference(x.float(), Routing(routing.topk_ids, routing.topk_weights.float()),
                             tensors["w_gate_up"].float(), tensors["w_down"].float())
-    return float((out.double() - ref.double()).norm() / ref.double().norm())
+    outs = [experts_triton(x, routing, tensors["w_gate_up"], tensors["w_down"], cfg)]
+    if m <= cfg.small_max_tokens:
+        outs.append(experts_small_triton(x, logits, tensors["w_gate_up"], tensors["w_down"], shape.top_k, True,
+                                         cfg.small_gate_up, cfg.small_down))
+    return max(float((out.double() - ref.double()).norm() / ref.double().norm()) for out in outs)
 
 
 _WORKER_WEIGHTS: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -146,7 +185,11 @@ def precompile_one(task: tuple[str, Shape, int, GemmConfig]) -> str:
         ids = torch.arange(shape.top_k, device=DEVICE, dtype=torch.int32)[None, :]
         grouping = align_torch(ids, shape.experts, block_m)
         x = torch.zeros(1, shape.hidden, device=DEVICE, dtype=DTYPE)
-        if kind == "gate_up":
+        if kind.startswith("small"):  # block_m is unused: the small path's tile rows are the tokens
+            logits = torch.zeros(1, shape.experts, device=DEVICE, dtype=DTYPE)
+            tiles = (cfg, SMALL_DOWN) if kind == "small_gate_up" else (SMALL_GATE_UP, cfg)
+            experts_small_triton(x, logits, w_gate_up, w_down, shape.top_k, True, *tiles)
+        elif kind == "gate_up":
             gate_up_silu(x, w_gate_up, grouping, shape.top_k, cfg)
         else:
             act = torch.zeros(grouping.sorted_ids.numel(), shape.inter, device=DEVICE, dtype=DTYPE)
@@ -161,6 +204,8 @@ def precompile(workers: int) -> None:
     """Fill Triton's on-disk cache with every candidate in parallel: compiling is most of the tuning time."""
     tasks = [(kind, shape, block_m, cfg) for shape in SHAPES for block_m in (16, 32, 64, 128)
              for kind, tiles in (("gate_up", 2), ("down", 1)) for cfg in gemm_candidates(block_m, tiles)]
+    tasks += [(f"small_{kind}", shape, 16, cfg) for shape in SHAPES for kind in ("gate_up", "down")
+              for cfg in small_candidates(kind)]
     t0 = time.monotonic()
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         results = pool.map(precompile_one, tasks, chunksize=1)
@@ -199,6 +244,10 @@ def main() -> None:
             t0 = time.monotonic()
             try:
                 cfg, ms = tune_one(shape, m, tensors[shape.name], log)
+                small_ms = None
+                if m <= SMALL_PATH_MAX_TOKENS:
+                    gate_up, down, small_ms = tune_small(shape, m, tensors[shape.name], log)
+                    cfg = cfg._replace(small_gate_up=gate_up, small_down=down)
                 err = verify(shape, m, cfg, tensors[shape.name])
             except Exception as exc:  # noqa: BLE001  one bad batch size must not lose the rest
                 print(f"{shape.name} M={m}: tuning failed: {type(exc).__name__}: {exc}", flush=True)
@@ -207,6 +256,8 @@ def main() -> None:
                 print(f"{shape.name} M={m}: tuned config failed verification (rel {err:.2e}); keeping default")
                 cfg = default_config(m, shape.experts, shape.top_k)
             entry = config_to_json(cfg) | {"gemm_ms": ms if ms == ms else None, "rel_err": err}
+            if small_ms is not None:  # the small path's two kernels, routing included, against gemm_ms's GEMMs
+                entry["small_ms"] = small_ms
             result.setdefault(shape_key(shape.experts, shape.hidden, shape.inter, shape.top_k), {})[str(m)] = entry
             print(f"{shape.name:8s} M={m:5d} {cfg} gemms {ms * 1e3:8.1f} us rel {err:.1e} "
                   f"({time.monotonic() - t0:.1f} s)", flush=True)

@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 CONFIG_DIR = Path(__file__).parent / "configs"
+# Up to this many tokens the MoE takes the grouping-free small path (moe_small_triton: top-k inside gate_up, the top-k
+# sum inside down, 2 launches), past it the grouped GEMMs (routing, grouping, gate_up, down, sum: 5 launches). At 1-8
+# tokens the launches, not the weight bytes, separate the two; bench_kernels.py times both paths to move this.
+SMALL_PATH_MAX_TOKENS = 8
 
 
 class GemmConfig(NamedTuple):
@@ -19,6 +23,12 @@ class GemmConfig(NamedTuple):
     num_stages: int
 
 
+# Small-path tiles (BLOCK_M is 16: every token of the batch is a row). gate_up: 8 experts x 768/32 tiles keep every SM
+# busy at one token; down: one token's 2048 outputs in 16-wide tiles are 128 programs, each streaming 8 experts.
+SMALL_GATE_UP = GemmConfig(32, 128, 4, 4)
+SMALL_DOWN = GemmConfig(16, 256, 4, 4)
+
+
 class MoeConfig(NamedTuple):
     """Everything the Triton MoE needs to launch for one batch size."""
 
@@ -26,6 +36,9 @@ class MoeConfig(NamedTuple):
     gate_up: GemmConfig
     down: GemmConfig
     align_small_max_pairs: int  # up to this many (token, expert) pairs the one-program grouping, past it the parallel
+    small_max_tokens: int = SMALL_PATH_MAX_TOKENS  # up to this many tokens the small path (0: never)
+    small_gate_up: GemmConfig = SMALL_GATE_UP
+    small_down: GemmConfig = SMALL_DOWN
 
 
 def shape_key(num_experts: int, hidden: int, inter: int, top_k: int) -> str:
@@ -48,11 +61,15 @@ def default_config(num_tokens: int, num_experts: int, top_k: int) -> MoeConfig:
 
 
 def config_from_json(entry: dict) -> MoeConfig:
+    """Entries written before the small path existed lack its keys and get its defaults."""
     return MoeConfig(
         int(entry["block_m"]),
         GemmConfig(*(int(v) for v in entry["gate_up"])),
         GemmConfig(*(int(v) for v in entry["down"])),
         int(entry["align_small_max_pairs"]),
+        int(entry.get("small_max_tokens", SMALL_PATH_MAX_TOKENS)),
+        GemmConfig(*(int(v) for v in entry.get("small_gate_up", SMALL_GATE_UP))),
+        GemmConfig(*(int(v) for v in entry.get("small_down", SMALL_DOWN))),
     )
 
 
@@ -62,6 +79,9 @@ def config_to_json(cfg: MoeConfig) -> dict:
         "gate_up": list(cfg.gate_up),
         "down": list(cfg.down),
         "align_small_max_pairs": cfg.align_small_max_pairs,
+        "small_max_tokens": cfg.small_max_tokens,
+        "small_gate_up": list(cfg.small_gate_up),
+        "small_down": list(cfg.small_down),
     }
 
 

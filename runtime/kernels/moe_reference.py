@@ -80,7 +80,20 @@ def fused_moe_reference(
     shared: SharedExpert | None = None,
 ) -> torch.Tensor:
     """The whole MoE block in plain PyTorch: route, run the routed experts, add the gated shared expert if any."""
-    out = experts_reference(x, route_reference(x, router_w, top_k, norm_topk_prob), w_gate_up, w_down)
+    return routed_moe_reference(x, F.linear(x, router_w), w_gate_up, w_down, top_k, norm_topk_prob, shared)
+
+
+def routed_moe_reference(
+    x: torch.Tensor,
+    logits: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+    norm_topk_prob: bool = True,
+    shared: SharedExpert | None = None,
+) -> torch.Tensor:
+    """`fused_moe_reference` from router logits [T, E] computed elsewhere."""
+    out = experts_reference(x, topk_softmax_reference(logits, top_k, norm_topk_prob), w_gate_up, w_down)
     if shared is not None:
         out = out + shared_expert_forward(x, shared)
     return out

@@ -1,4 +1,5 @@
-"""The Triton MoE forward: router GEMM, fused top-k, expert grouping, two grouped GEMMs, top-k sum; no host sync."""
+"""The Triton MoE forward without a host sync: router GEMM, then for decode-size batches the two-launch small path
+(moe_small_triton), else fused top-k, expert grouping, two grouped GEMMs and the top-k sum."""
 from __future__ import annotations
 
 import functools
@@ -12,6 +13,7 @@ from runtime.kernels.moe_config import MoeConfig, moe_config
 from runtime.kernels.moe_gemm_triton import down_weighted, gate_up_silu
 from runtime.kernels.moe_reference import Routing, SharedExpert, shared_expert_forward
 from runtime.kernels.moe_route_triton import topk_softmax_triton
+from runtime.kernels.moe_small_triton import experts_small_triton
 
 
 @functools.cache
@@ -55,9 +57,27 @@ def fused_moe_triton(
 ) -> torch.Tensor:
     """The MoE block on the GPU; same contract as `fused_moe_reference`."""
     x = x.contiguous()
+    return routed_moe_triton(x, F.linear(x, router_w), w_gate_up, w_down, top_k, norm_topk_prob, shared, config)
+
+
+def routed_moe_triton(
+    x: torch.Tensor,
+    logits: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    top_k: int,
+    norm_topk_prob: bool = True,
+    shared: SharedExpert | None = None,
+    config: MoeConfig | None = None,
+) -> torch.Tensor:
+    """The MoE block from router logits [T, E] computed elsewhere (e.g. inside the norm before it); x [T, H]."""
+    x = x.contiguous()
     cfg = config or config_for(x, w_gate_up, top_k)
-    routing = topk_softmax_triton(F.linear(x, router_w), top_k, norm_topk_prob)
-    out = experts_triton(x, routing, w_gate_up, w_down, cfg)
+    if x.shape[0] <= cfg.small_max_tokens:
+        out = experts_small_triton(x, logits.contiguous(), w_gate_up, w_down, top_k, norm_topk_prob,
+                                   cfg.small_gate_up, cfg.small_down)
+    else:
+        out = experts_triton(x, topk_softmax_triton(logits, top_k, norm_topk_prob), w_gate_up, w_down, cfg)
     if shared is not None:
         out = out + shared_expert_forward(x, shared)
     return out

@@ -4,11 +4,20 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
+
+from runtime.attention.kv_cache import write_kv
 
 
 class NormResult(NamedTuple):
     normed: torch.Tensor  # RMSNorm(x + residual) * weight, in x's dtype
     residual: torch.Tensor  # x + residual (x itself when there was no residual): the next layer's residual
+
+
+class RoutedNorm(NamedTuple):
+    normed: torch.Tensor  # as NormResult
+    residual: torch.Tensor
+    logits: torch.Tensor  # [T, E] MoE router logits normed @ router_w^T, in x's dtype
 
 
 class QK(NamedTuple):
@@ -31,6 +40,14 @@ def add_rmsnorm_reference(
     return NormResult(rmsnorm_reference(h, weight, eps), h)
 
 
+def add_rmsnorm_router_reference(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, router_w: torch.Tensor, eps: float = 1e-6
+) -> RoutedNorm:
+    """`add_rmsnorm_reference`, then the router logits of the normed rows (router_w [E, H], no bias)."""
+    normed, h = add_rmsnorm_reference(x, residual, weight, eps)
+    return RoutedNorm(normed, h, F.linear(normed, router_w))
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -46,3 +63,13 @@ def qk_norm_rope_reference(
     qn = rmsnorm_reference(q, q_weight, eps)
     kn = rmsnorm_reference(k, k_weight, eps)
     return QK(qn * cos + rotate_half(qn) * sin, kn * cos + rotate_half(kn) * sin)
+
+
+def qk_norm_rope_cache_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+    cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, eps: float = 1e-6,
+) -> torch.Tensor:
+    """`qk_norm_rope_reference`, then k and v ([T, Hkv, D]) stored at their flat cache slots; returns q [T, Hq, D]."""
+    qn, kn = qk_norm_rope_reference(q, k, q_weight, k_weight, cos, sin, eps)
+    write_kv(kv_cache, kn, v, slot_mapping)
+    return qn

@@ -1,6 +1,7 @@
 """Thinker self-attention: q/k/v projections, per-head q/k RMSNorm, M-RoPE, then paged GQA attention.
 
-`forward` is the exact reference; `forward_fused` is the GPU path (one q/k/v GEMM, q/k norm + rope in one kernel).
+`forward` is the exact reference; `forward_fused` is the GPU path (one q/k/v GEMM; q/k norm + rope in one kernel,
+which with the kernel backend also stores k/v in the paged cache).
 """
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from runtime.attention import AttentionContext, paged_attention
-from runtime.kernels import qk_norm_rope
+from runtime.kernels.rmsnorm import qk_norm_rope, qk_norm_rope_cache
 from services.thinker.model.config import ThinkerConfig
-from services.thinker.model.kernel_path import rope_kernel_fits
+from services.thinker.model.kernel_path import kernel_attention, kernel_attention_cached, rope_kernel_fits
 from runtime.layers.rms_norm import RMSNorm
 from services.thinker.model.rope import apply_rope
 
@@ -82,9 +83,15 @@ class ThinkerAttention(nn.Module):
         q = qkv[:, :q_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, Hq, D], strided view
         k = qkv[:, q_width:q_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         v = qkv[:, q_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
-        if rope_kernel_fits(self.head_dim):
-            q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
+        if rope_kernel_fits(self.head_dim) and self.backend is kernel_attention:
+            # one launch normalises and rotates q/k and stores k/v at their slots (no separate cache write)
+            q = qk_norm_rope_cache(q, k, v, self.q_norm.weight, self.k_norm.weight, cos, sin, kv_cache,
+                                   ctx.slot_mapping, self.q_norm.eps)
+            out = kernel_attention_cached(q, kv_cache, ctx, self.scale)  # [T, Hq, D]
         else:
-            q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
-        out = self.backend(q, k, v, kv_cache, ctx, self.scale)  # [T, Hq, D]
+            if rope_kernel_fits(self.head_dim):
+                q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
+            else:
+                q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
+            out = self.backend(q, k, v, kv_cache, ctx, self.scale)  # [T, Hq, D]
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))  # [T, Hq * D] -> [T, H]

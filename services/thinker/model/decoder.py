@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from runtime.attention import AttentionContext
-from runtime.kernels import fused_add_rmsnorm
+from runtime.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_router
 from services.thinker.model.attention import AttentionBackend, ThinkerAttention
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.mlp import DenseMLP
@@ -40,7 +40,9 @@ class DecoderLayer(nn.Module):
         """
         h, residual = fused_add_rmsnorm(x, residual, self.input_layernorm.weight, self.input_layernorm.eps)
         attn = self.self_attn.forward_fused(h, cos, sin, kv_cache, ctx)
-        h, residual = fused_add_rmsnorm(attn, residual, self.post_attention_layernorm.weight,
-                                        self.post_attention_layernorm.eps)
-        mlp = self.mlp.forward_fused(h) if isinstance(self.mlp, SparseMoE) else self.mlp(h)
-        return mlp, residual
+        norm = self.post_attention_layernorm
+        if isinstance(self.mlp, SparseMoE):  # the router logits come out of the norm (one launch at decode sizes)
+            h, residual, logits = fused_add_rmsnorm_router(attn, residual, norm.weight, self.mlp.gate.weight, norm.eps)
+            return self.mlp.forward_fused(h, logits), residual
+        h, residual = fused_add_rmsnorm(attn, residual, norm.weight, norm.eps)
+        return self.mlp(h), residual

@@ -25,9 +25,17 @@ def kernel_attention(
     """The AttentionBackend contract over runtime.kernels: write k/v at their slots, then paged attention.
 
     Reads only ctx's device tensors and the static host query lengths (for the grid), so it can be captured in a
-    CUDA graph; on CPU the kernels package falls back to its PyTorch reference.
+    CUDA graph; on CPU the kernels package falls back to its PyTorch reference. The Thinker's own layers skip the
+    write here: their q/k norm + rope kernel stores k/v and they call `kernel_attention_cached`.
     """
     write_kv(kv_cache, k, v, ctx.slot_mapping)
+    return kernel_attention_cached(q, kv_cache, ctx, scale)
+
+
+def kernel_attention_cached(
+    q: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext, scale: float
+) -> torch.Tensor:
+    """Paged attention of q [T, Hq, D] over the cache, this step's k/v already stored in it -> [T, Hq, D]."""
     max_q = max(ctx.q_lens_host, default=1)
     return kernel_paged_attention(q.contiguous(), kv_cache, ctx.block_tables, ctx.kv_lens, ctx.cu_seqlens_q,
                                   max_q, scale)

@@ -14,7 +14,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton.runtime.interpreter as interpreter  # noqa: E402
 
-from tests.unit.kernels.kernel_data import check_alignment, paged_case, rel_err, skewed_routing  # noqa: E402
+from tests.unit.kernels.kernel_data import (  # noqa: E402
+    check_alignment, paged_case, rel_err, skewed_logits, skewed_routing,
+)
 
 
 def patch_numpy_scalars() -> None:
@@ -50,6 +52,8 @@ def check_moe(dtype: torch.dtype) -> None:
     logits = x @ router.T
     got, ref = topk_softmax_triton(logits, top_k), topk_softmax_reference(logits, top_k)
     assert torch.equal(got.topk_ids, ref.topk_ids) and rel_err(got.topk_weights, ref.topk_weights) < 1e-6
+    tied = topk_softmax_triton(torch.zeros(2, experts), top_k)  # equal probabilities: the lowest experts, in order
+    assert torch.equal(tied.topk_ids, torch.arange(top_k, dtype=torch.int32).expand(2, top_k))
     routing = skewed_routing(tokens, experts, top_k, hot=5, dtype=torch.float32, device="cpu")
     for block_m in (16, 32):
         expected = align_torch(routing.topk_ids, experts, block_m).expert_ids
@@ -70,36 +74,100 @@ def check_moe(dtype: torch.dtype) -> None:
         assert rel_err(skew, experts_reference(x, routing, w_gate_up, w_down)) < tol
 
 
+def check_small_moe(dtype: torch.dtype) -> None:
+    """The two-launch small path (top-k in gate_up, top-k sum in down) on ragged loads: one expert every token uses,
+    a few busy ones, most empty; batches of 1, of shared experts, and of 13 tokens (small path forced)."""
+    from runtime.kernels.moe_config import GemmConfig, MoeConfig
+    from runtime.kernels.moe_reference import SharedExpert, fused_moe_reference, routed_moe_reference
+    from runtime.kernels.moe_triton import fused_moe_triton, routed_moe_triton
+
+    gen = torch.Generator().manual_seed(3)
+    hidden, inter, experts, top_k = 64, 48, 8, 3
+    router = torch.randn(experts, hidden, generator=gen)
+    w_gate_up = torch.randn(experts, 2 * inter, hidden, generator=gen) / 8
+    w_down = torch.randn(experts, hidden, inter, generator=gen) / 8
+    weights = [t.to(dtype) for t in (w_gate_up, w_down)]
+    tol = 1e-5 if dtype == torch.float32 else 3e-3
+    # few, wide tiles: the interpreter pays per program (every gate_up program routes the batch)
+    small = MoeConfig(16, GemmConfig(16, 32, 4, 2), GemmConfig(32, 16, 4, 2), 1024, small_max_tokens=16,
+                      small_gate_up=GemmConfig(64, 32, 4, 2), small_down=GemmConfig(32, 32, 4, 2))  # down K uneven
+    uneven = small._replace(small_gate_up=GemmConfig(32, 128, 4, 2), small_down=GemmConfig(64, 64, 4, 2))
+    for tokens, cfg, renorm in ((1, small, True), (5, uneven, False), (13, small, True)):
+        x = torch.randn(tokens, hidden, generator=gen)
+        logits = skewed_logits(tokens, experts, top_k, hot=tokens % experts, dtype=torch.float32, device="cpu",
+                               seed=tokens)
+        out = routed_moe_triton(x.to(dtype), logits.to(dtype), *weights, top_k, renorm, None, cfg)
+        assert rel_err(out, routed_moe_reference(x, logits, w_gate_up, w_down, top_k, renorm)) < tol, tokens
+    x = torch.randn(6, hidden, generator=gen)
+    same = torch.randn(1, experts, generator=gen).expand(6, experts).contiguous()  # every token the same k experts
+    out = routed_moe_triton(x.to(dtype), same.to(dtype), *weights, top_k, True, None, small)
+    assert rel_err(out, routed_moe_reference(x, same, w_gate_up, w_down, top_k)) < tol
+    x = torch.randn(4, hidden, generator=gen)
+    shared = SharedExpert(torch.randn(80, hidden, generator=gen) / 8, torch.randn(hidden, 40, generator=gen) / 8,
+                          torch.randn(1, hidden, generator=gen) / 8)
+    out = fused_moe_triton(x.to(dtype), router.to(dtype), *weights, top_k, True,
+                           SharedExpert(*(t.to(dtype) for t in shared)), small._replace(small_max_tokens=4))
+    assert rel_err(out, fused_moe_reference(x, router, w_gate_up, w_down, top_k, True, shared)) < tol
+
+
 def check_attention(dtype: torch.dtype) -> None:
+    """Prefill and decode tiles, with no splits, splits merged apart, and splits merged in the kernel (decode tiles:
+    one split covering the keys, several used splits, splits left empty); the arrival counters end at zero."""
     from runtime.kernels.paged_attention_reference import paged_attention_reference
-    from runtime.kernels.paged_attention_triton import paged_attention_triton
+    from runtime.kernels.paged_attention_triton import _COUNTERS, paged_attention_triton
 
     tol = 1e-5 if dtype == torch.float32 else 3e-3
-    for q_lens, kv_lens in (([3, 1, 7, 1], [150, 200, 7, 1]), ([1, 1, 1], [1, 70, 140])):
+    cases = (  # (q_lens, kv_lens, [(splits, merge in kernel, min split keys)])
+        ([3, 1, 7, 1], [150, 200, 7, 1], [(1, True, 64), (3, False, 64)]),  # prefill tiles: merged apart
+        ([1, 1, 1], [1, 70, 140], [(3, True, 64), (3, False, 64)]),  # 1, 2 and 3 used splits
+        ([1, 1], [300, 40], [(8, True, 64), (8, True, 128)]),  # 5 (two merge rounds) or 3 used splits; 1 covering
+    )
+    for q_lens, kv_lens, variants in cases:
         case = paged_case(q_lens, kv_lens, 8, 2, 32, 4, dtype, "cpu", seed=len(q_lens))
         ref = paged_attention_reference(case.q.float(), case.kv_cache.float(), case.block_tables, case.kv_lens,
                                         case.cu_seqlens_q)
-        for splits in (1, 3):
+        for splits, in_kernel, min_keys in variants:
             out = paged_attention_triton(case.q, case.kv_cache, case.block_tables, case.kv_lens, case.cu_seqlens_q,
-                                         case.max_seqlen_q, num_splits=splits)
-            assert rel_err(out, ref) < tol, (q_lens, splits)
+                                         case.max_seqlen_q, num_splits=splits, merge_in_kernel=in_kernel,
+                                         min_split_keys=min_keys)
+            assert rel_err(out, ref) < tol, (q_lens, splits, in_kernel, min_keys)
+    assert _COUNTERS["cpu"], "the in-kernel merge ran"
+    assert all(int(buf.abs().sum()) == 0 for bufs in _COUNTERS.values() for buf in bufs), "counters reset"
 
 
 def check_norms(dtype: torch.dtype) -> None:
-    from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference, qk_norm_rope_reference
-    from runtime.kernels.rmsnorm_triton import fused_add_rmsnorm_triton, qk_norm_rope_triton
+    from runtime.kernels.rmsnorm_reference import (
+        add_rmsnorm_reference, add_rmsnorm_router_reference, qk_norm_rope_cache_reference, qk_norm_rope_reference,
+    )
+    from runtime.kernels.rmsnorm_triton import (
+        fused_add_rmsnorm_router_triton, fused_add_rmsnorm_triton, qk_norm_rope_cache_triton, qk_norm_rope_triton,
+    )
 
     gen = torch.Generator().manual_seed(2)
     x, res, w = (torch.randn(*s, generator=gen).to(dtype) for s in ((5, 48), (5, 48), (48,)))
+    router = torch.randn(6, 48, generator=gen).to(dtype)  # 6 experts: the last expert block is partial
     for residual in (None, res):
         got, ref = fused_add_rmsnorm_triton(x, residual, w), add_rmsnorm_reference(x, residual, w)
         assert torch.equal(got.residual, ref.residual) and rel_err(got.normed, ref.normed) < 2e-3
+        got, ref = fused_add_rmsnorm_router_triton(x, residual, w, router), add_rmsnorm_router_reference(
+            x, residual, w, router)
+        assert torch.equal(got.residual, ref.residual) and rel_err(got.normed, ref.normed) < 2e-3
+        assert rel_err(got.logits, ref.logits) < 2e-3
     qkv = torch.randn(5, 160, generator=gen).to(dtype)
-    q, k = qkv[:, :96].view(5, 6, 16), qkv[:, 96:128].view(5, 2, 16)
+    q, k, v = qkv[:, :96].view(5, 6, 16), qkv[:, 96:128].view(5, 2, 16), qkv[:, 128:].view(5, 2, 16)
     qw, kw, cos, sin = (torch.randn(*s, generator=gen) for s in ((16,), (16,), (5, 16), (5, 16)))
     got = qk_norm_rope_triton(q, k, qw.to(dtype), kw.to(dtype), cos, sin)
     ref = qk_norm_rope_reference(q, k, qw.to(dtype), kw.to(dtype), cos, sin)
     assert rel_err(got.q, ref.q) < 2e-3 and rel_err(got.k, ref.k) < 2e-3
+    slots = torch.tensor([9, 0, 31, 4, 17])  # cache of 4 blocks x 8 slots, tokens scattered over blocks
+    cache = torch.randn(2, 4, 8, 2, 16, generator=gen).to(dtype)
+    caches = [cache.clone(), cache.clone()]
+    q_got = qk_norm_rope_cache_triton(q, k, v, qw.to(dtype), kw.to(dtype), cos, sin, caches[0], slots)
+    q_ref = qk_norm_rope_cache_reference(q, k, v, qw.to(dtype), kw.to(dtype), cos, sin, caches[1], slots)
+    assert rel_err(q_got, q_ref) < 2e-3 and rel_err(caches[0], caches[1]) < 2e-3
+    flat = caches[0].view(2, 32, 2, 16)  # [K/V, slot, Hkv, D]
+    others = [i for i in range(32) if i not in slots.tolist()]
+    assert torch.equal(flat[1, slots], v) and torch.equal(flat[:, others], cache.view(2, 32, 2, 16)[:, others])
 
 
 if __name__ == "__main__":
@@ -107,6 +175,7 @@ if __name__ == "__main__":
     torch.set_num_threads(1)  # tiny shapes: threads only contend on a shared CPU
     for dtype in (torch.float32, torch.float16):
         check_moe(dtype)
+        check_small_moe(dtype)
         check_attention(dtype)
         check_norms(dtype)
     print("interpreter checks passed")

@@ -30,6 +30,19 @@ def skewed_routing(
     return Routing(ids.to(device), weights.to(dtype).to(device))
 
 
+def skewed_logits(
+    num_tokens: int, num_experts: int, top_k: int, hot: int, dtype: torch.dtype, device: str, seed: int = 0
+) -> torch.Tensor:
+    """Router logits [T, E] whose top-k is `skewed_routing`'s kind of load: every token ranks `hot` first and k-1
+    experts of a small pool next (distinct, well-separated values), the rest far below; for kernels that route."""
+    routing = skewed_routing(num_tokens, num_experts, top_k, hot, torch.float32, "cpu", seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    logits = torch.randn(num_tokens, num_experts, generator=gen) * 0.1
+    ranks = torch.arange(top_k, 0, -1, dtype=torch.float32) * 0.5 + 2.0  # 0.5 apart: no ties in half precision
+    logits.scatter_(1, routing.topk_ids.long(), ranks.expand(num_tokens, top_k).contiguous())
+    return logits.to(dtype).to(device)
+
+
 def tie_free_rows(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Rows whose k-th and (k+1)-th largest logits differ: only there is the top-k set unambiguous."""
     top = torch.topk(logits.float(), top_k + 1, dim=-1).values

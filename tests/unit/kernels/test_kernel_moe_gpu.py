@@ -1,12 +1,16 @@
-"""GPU: the Triton MoE (top-k, grouping, grouped GEMMs, whole block) against the PyTorch reference, in bf16."""
+"""GPU: the Triton MoE (top-k, grouping, grouped GEMMs, the two-launch small path, whole block) against the PyTorch
+reference, in bf16."""
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from tests.unit.kernels.kernel_data import check_alignment, needs_cuda, rel_err, skewed_routing, tie_free_rows
-from runtime.kernels.fused_moe import SharedExpert, fused_moe
-from runtime.kernels.moe_config import GemmConfig, MoeConfig
+from tests.unit.kernels.kernel_data import (
+    check_alignment, needs_cuda, rel_err, skewed_logits, skewed_routing, tie_free_rows,
+)
+from runtime.kernels.fused_moe import SharedExpert, fused_moe, routed_moe
+from runtime.kernels.moe_config import GemmConfig, MoeConfig, default_config
 from runtime.kernels.moe_reference import (
     Routing, experts_reference, route_reference, shared_expert_forward, topk_softmax_reference,
 )
@@ -111,18 +115,61 @@ def test_fused_moe_matches_reference_at_real_and_small_shapes(
     assert rel_err(out[ok], ref[ok]) < TOL
 
 
-@pytest.mark.parametrize("tokens", [4, 300])  # the one-program grouping (default config), then the parallel one
-def test_fused_moe_has_no_host_sync_and_replays_in_a_cuda_graph(tokens: int) -> None:
+def ladder_logits(tokens: int, experts: int, same: bool) -> torch.Tensor:
+    """Distinct logits per row (a shuffled ladder 0.05 apart survives bf16): an unambiguous top-k; `same` gives
+    every row the first row's logits, so every token routes to the same k experts."""
+    ladder = torch.argsort(torch.rand(tokens, experts, device="cuda"), dim=-1).float() * 0.05 - 3.0
+    return (ladder[:1].expand(tokens, experts) if same else ladder).contiguous().to(BF16)
+
+
+@pytest.mark.parametrize("load", ["uniform", "skewed", "same"])
+@pytest.mark.parametrize("tokens", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize(("hidden", "inter", "top_k"), [(2048, 768, 8), (1024, 384, 6)])
+def test_small_path_matches_reference_and_the_grouped_path(
+    hidden: int, inter: int, top_k: int, tokens: int, load: str
+) -> None:
+    pytest.importorskip("triton")
+    from runtime.kernels.moe_triton import routed_moe_triton
+
+    _, w_gate_up, w_down = weights(128, hidden, inter, seed=hidden + tokens)
+    x = torch.randn(tokens, hidden, device="cuda").to(BF16)
+    if load == "skewed":  # one expert every token uses, a few busy ones, the rest empty
+        logits = skewed_logits(tokens, 128, top_k, hot=77, dtype=BF16, device="cuda", seed=tokens)
+    else:
+        logits = ladder_logits(tokens, 128, same=load == "same")
+    cfg = default_config(tokens, 128, top_k)
+    small = routed_moe_triton(x, logits, w_gate_up, w_down, top_k, True, None, cfg._replace(small_max_tokens=16))
+    grouped = routed_moe_triton(x, logits, w_gate_up, w_down, top_k, True, None, cfg._replace(small_max_tokens=0))
+    ref = fp32_experts(x, topk_softmax_reference(logits, top_k), w_gate_up, w_down)
+    assert rel_err(small, ref) < TOL
+    assert rel_err(small, grouped) < TOL
+
+
+@pytest.mark.parametrize("tokens", [1, 8, 300])
+def test_routed_moe_equals_fused_moe_given_its_logits(tokens: int) -> None:
+    pytest.importorskip("triton")
+    router, w_gate_up, w_down = weights(128, 2048, 768, seed=tokens)
+    x = torch.randn(tokens, 2048, device="cuda").to(BF16)
+    expected = fused_moe(x, router, w_gate_up, w_down, 8)
+    assert torch.equal(routed_moe(x, F.linear(x, router), w_gate_up, w_down, 8), expected)
+
+
+ONE_PROGRAM_GROUPING = MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), 64, small_max_tokens=0)
+
+
+@pytest.mark.parametrize(("tokens", "config"), [(1, None), (4, None), (4, ONE_PROGRAM_GROUPING), (300, None)],
+                         ids=["small-1", "small-4", "one-program-grouping", "parallel-grouping"])
+def test_fused_moe_has_no_host_sync_and_replays_in_a_cuda_graph(tokens: int, config: MoeConfig | None) -> None:
     pytest.importorskip("triton")
     router, w_gate_up, w_down = weights(128, 256, 128, seed=9)
     static_x = torch.randn(tokens, 256, device="cuda").to(BF16)
-    fused_moe(static_x, router, w_gate_up, w_down, 8)  # compile outside the capture
+    fused_moe(static_x, router, w_gate_up, w_down, 8, config=config)  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_out = fused_moe(static_x, router, w_gate_up, w_down, 8)
+        static_out = fused_moe(static_x, router, w_gate_up, w_down, 8, config=config)
     fresh = torch.randn(tokens, 256, device="cuda").to(BF16)
     static_x.copy_(fresh)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(static_out, fused_moe(fresh, router, w_gate_up, w_down, 8))
+    assert torch.equal(static_out, fused_moe(fresh, router, w_gate_up, w_down, 8, config=config))

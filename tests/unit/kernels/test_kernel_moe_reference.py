@@ -11,7 +11,8 @@ from tests.unit.kernels.kernel_data import check_alignment, skewed_routing
 from runtime.kernels.fused_moe import SharedExpert, fused_moe, fused_moe_reference
 from runtime.kernels.moe_align import align_torch
 from runtime.kernels.moe_config import (
-    CONFIG_DIR, GemmConfig, MoeConfig, config_to_json, default_config, load_tuned, moe_config, shape_key,
+    CONFIG_DIR, SMALL_DOWN, SMALL_GATE_UP, SMALL_PATH_MAX_TOKENS, GemmConfig, MoeConfig, config_from_json,
+    config_to_json, default_config, load_tuned, moe_config, shape_key,
 )
 
 modeling = pytest.importorskip("transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe")
@@ -103,3 +104,27 @@ def test_shipped_tuned_configs_parse_and_cover_both_models() -> None:
         for buckets in tuned.values():
             for cfg in buckets.values():
                 assert cfg.block_m in (16, 32, 64, 128)
+
+
+def test_routed_moe_on_cpu_equals_fused_moe_given_its_logits() -> None:
+    from runtime.kernels.fused_moe import routed_moe
+
+    gen = torch.Generator().manual_seed(5)
+    x, router = torch.randn(5, 16, generator=gen), torch.randn(6, 16, generator=gen)
+    w_gate_up, w_down = torch.randn(6, 20, 16, generator=gen), torch.randn(6, 16, 10, generator=gen)
+    shared = SharedExpert(torch.randn(12, 16, generator=gen), torch.randn(16, 6, generator=gen),
+                          torch.randn(1, 16, generator=gen))
+    logits = torch.nn.functional.linear(x, router)
+    for sh in (None, shared):
+        assert torch.equal(routed_moe(x, logits, w_gate_up, w_down, 2, True, sh),
+                           fused_moe(x, router, w_gate_up, w_down, 2, True, sh))
+    assert routed_moe(x[:0], logits[:0], w_gate_up, w_down, 2).shape == (0, 16)
+
+
+def test_small_path_fields_round_trip_and_default_for_old_entries() -> None:
+    small = MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), 64, 4, GemmConfig(16, 256, 4, 3),
+                      GemmConfig(32, 128, 4, 5))
+    assert config_from_json(json.loads(json.dumps(config_to_json(small)))) == small
+    old = {k: v for k, v in config_to_json(small).items() if not k.startswith("small")}
+    assert config_from_json(old) == small._replace(small_max_tokens=SMALL_PATH_MAX_TOKENS,
+                                                   small_gate_up=SMALL_GATE_UP, small_down=SMALL_DOWN)

@@ -49,3 +49,25 @@ def test_qk_norm_rope_reference_equals_transformers(dtype: torch.dtype) -> None:
         )
     assert torch.equal(got.q, eq) and torch.equal(got.k, ek)
     assert torch.equal(got.q, qk_norm_rope_reference(q, k, qw, kw, cos, sin).q)
+
+
+def test_norm_with_router_and_norm_rope_with_cache_on_cpu_are_their_references() -> None:
+    from runtime.attention.kv_cache import write_kv
+    from runtime.kernels.rmsnorm import fused_add_rmsnorm_router, qk_norm_rope_cache
+
+    gen = torch.Generator().manual_seed(2)
+    x, res = (torch.randn(3, 32, generator=gen) for _ in range(2))
+    weight, router = torch.randn(32, generator=gen), torch.randn(6, 32, generator=gen)
+    for residual in (None, res):
+        got = fused_add_rmsnorm_router(x, residual, weight, router)
+        ref = add_rmsnorm_reference(x, residual, weight)
+        assert torch.equal(got.normed, ref.normed) and torch.equal(got.residual, ref.residual)
+        assert torch.equal(got.logits, torch.nn.functional.linear(ref.normed, router))
+    q, k, v = torch.randn(3, 4, 8, generator=gen), torch.randn(3, 2, 8, generator=gen), torch.randn(3, 2, 8)
+    qw, kw, cos, sin = (torch.randn(*s, generator=gen) for s in ((8,), (8,), (3, 8), (3, 8)))
+    cache, expected = torch.zeros(2, 4, 4, 2, 8), torch.zeros(2, 4, 4, 2, 8)
+    slots = torch.tensor([5, 0, 14])
+    q_got = qk_norm_rope_cache(q, k, v, qw, kw, cos, sin, cache, slots)
+    plain = qk_norm_rope_reference(q, k, qw, kw, cos, sin)
+    write_kv(expected, plain.k, v, slots)
+    assert torch.equal(q_got, plain.q) and torch.equal(cache, expected)

@@ -1,0 +1,145 @@
+"""Compiles every Triton kernel for an H100/H200 (sm_90) on a machine without a GPU, through the real launch wrappers.
+
+The interpreter (interpreter_check.py) checks the kernels' arithmetic but never runs Triton's compiler, so a construct
+the compiler rejects, or a tile that spills, would only show on the GPU. Here a stand-in driver reports an sm_90
+target and every launch compiles (to cubin, with the bundled ptxas) instead of running; the wrappers run on CPU
+tensors, whose values are never read. Prints each kernel's registers and spills (ptxas -v) and fails on a compile
+error or a spill. Started by test_kernel_triton_interpreter.py in a fresh process (TRITON_INTERPRET must be unset).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from triton.runtime.jit import JITFunction
+
+BF16 = torch.bfloat16
+COMPILED: list[tuple[str, object]] = []
+
+
+class CompileOnlyDriver:
+    """The parts of Triton's active driver that compiling needs: an sm_90 target, device 0, a null stream."""
+
+    def get_current_target(self) -> GPUTarget:
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int) -> int:
+        return 0
+
+    def get_active_torch_device(self) -> torch.device:
+        return torch.device("cpu")
+
+
+def install() -> None:
+    """Route launches to compile-only: JITFunction.run with warmup=True compiles and returns before launching."""
+    driver.set_active(CompileOnlyDriver())
+    original = JITFunction.run
+
+    def compile_only(self, *args, grid, warmup, **kwargs):  # noqa: ANN001, ANN202
+        kernel = original(self, *args, grid=grid, warmup=True, **kwargs)
+        COMPILED.append((self.fn.__name__, kernel))
+        return kernel
+
+    JITFunction.run = compile_only
+
+
+def ptxas_usage(ptx: str, name: str) -> tuple[int, int]:
+    """(registers, spill bytes) of a kernel's PTX as ptxas -v reports them for sm_90a."""
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        out = subprocess.run([str(ptxas), "-v", "--gpu-name", "sm_90a", str(src), "-o", str(Path(tmp) / "k.o")],
+                             capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    if out.returncode != 0:
+        raise RuntimeError(f"ptxas failed on {name}: {text[-2000:]}")
+    regs = int(m.group(1)) if (m := re.search(r"Used (\d+) registers", text)) else -1
+    spills = sum(int(v) for v in re.findall(r"(\d+) bytes spill (?:stores|loads)", text))
+    return regs, spills
+
+
+def compile_moe() -> None:
+    from runtime.kernels.moe_config import SMALL_DOWN, SMALL_GATE_UP, GemmConfig, MoeConfig
+    from runtime.kernels.moe_small_triton import experts_small_triton
+    from runtime.kernels.moe_triton import fused_moe_triton
+
+    for experts, hidden, inter, top_k in ((128, 2048, 768, 8), (128, 1024, 384, 6), (8, 64, 32, 2)):  # + demo
+        x = torch.zeros(4, hidden, dtype=BF16)
+        router = torch.zeros(experts, hidden, dtype=BF16)
+        w_gate_up = torch.zeros(experts, 2 * inter, hidden, dtype=BF16)
+        w_down = torch.zeros(experts, hidden, inter, dtype=BF16)
+        logits = torch.zeros(4, experts, dtype=BF16)
+        experts_small_triton(x, logits, w_gate_up, w_down, top_k, True, SMALL_GATE_UP, SMALL_DOWN)
+        blocked = MoeConfig(16, GemmConfig(64, 128, 4, 4), GemmConfig(64, 128, 4, 3), 1 << 20, small_max_tokens=0)
+        fused_moe_triton(x, router, w_gate_up, w_down, top_k, True, None, blocked)
+
+
+def compile_attention() -> None:
+    from runtime.kernels.paged_attention_triton import paged_attention_triton
+
+    tables = torch.zeros(2, 4, dtype=torch.int32)
+    kv_lens = torch.ones(2, dtype=torch.int32)
+    cu = torch.arange(3, dtype=torch.int32)
+    for q_heads, kv_heads, head_dim in ((32, 4, 128), (4, 2, 16)):  # the Thinker's, the demo checkpoint's
+        kv = torch.zeros(2, 8, 16, kv_heads, head_dim, dtype=BF16)
+        for max_q in (1, 64):  # decode rows (16-row tiles), prefill tiles (128 rows)
+            q = torch.zeros(2 * max_q, q_heads, head_dim, dtype=BF16)
+            for splits, in_kernel in ((1, True), (8, True), (8, False)):
+                paged_attention_triton(q, kv, tables, kv_lens, cu * max_q, max_q, num_splits=splits,
+                                       merge_in_kernel=in_kernel)
+
+
+def compile_norms() -> None:
+    from runtime.kernels.rmsnorm_triton import (
+        fused_add_rmsnorm_router_triton, fused_add_rmsnorm_triton, qk_norm_rope_cache_triton, qk_norm_rope_triton,
+    )
+
+    for hidden, experts in ((2048, 128), (64, 8)):  # the Thinker's, the demo checkpoint's
+        x = torch.zeros(2, hidden, dtype=BF16)
+        w = torch.zeros(hidden, dtype=BF16)
+        for residual in (x, None):
+            fused_add_rmsnorm_triton(x, residual, w)
+            fused_add_rmsnorm_router_triton(x, residual, w, torch.zeros(experts, hidden, dtype=BF16))
+    qkv = torch.zeros(2, 40 * 128, dtype=BF16)
+    q, k, v = qkv[:, :4096].view(2, 32, 128), qkv[:, 4096:4608].view(2, 4, 128), qkv[:, 4608:].view(2, 4, 128)
+    hw, cos = torch.zeros(128, dtype=BF16), torch.zeros(2, 128)
+    qk_norm_rope_triton(q, k, hw, hw, cos, cos)
+    qk_norm_rope_cache_triton(q, k, v, hw, hw, cos, cos, torch.zeros(2, 8, 16, 4, 128, dtype=BF16),
+                              torch.zeros(2, dtype=torch.int64))
+
+
+if __name__ == "__main__":
+    install()
+    torch.set_num_threads(1)
+    failures = []
+    for check in (compile_moe, compile_attention, compile_norms):
+        try:
+            check()
+        except Exception as exc:  # noqa: BLE001  report every family, then fail
+            failures.append(f"{check.__name__}: {type(exc).__name__}: {exc}")
+    seen = set()
+    for name, kernel in COMPILED:
+        key = (name, kernel.hash)
+        if key in seen:
+            continue
+        seen.add(key)
+        regs, spills = ptxas_usage(kernel.asm["ptx"], name)
+        print(f"{name:32s} regs {regs:4d} spill bytes {spills:6d} smem {kernel.metadata.shared}")
+        if spills:
+            failures.append(f"{name} spills {spills} bytes")
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print(f"compiled {len(seen)} kernels for sm_90", os.environ.get("TRITON_INTERPRET", ""))
