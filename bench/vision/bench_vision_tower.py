@@ -7,7 +7,8 @@ Workloads (real dims): 8 images at 448×448, 8 images at 1280×720 (smart_resize
 2 fps and 448×448 (120 frames, 47,040 patches). Each is timed through the whole tower once per attention backend
 (`--attention`, default every backend the device takes; "ours" is the first) and through the attention call
 alone. On the video's shapes: the q/k rotary (fused kernel vs PyTorch), fc1 + GELU (GEMM epilogue vs separate),
-the patch embed as one GEMM vs the Conv3d it replaces, and the uint8 → patches preprocessing.
+residual add + LayerNorm (one Triton pass vs PyTorch's add then norm, with a sweep of the kernel's launch
+shapes on CUDA), the patch embed as one GEMM vs the Conv3d it replaces, and the uint8 → patches preprocessing.
 Medians over `--iters` timed runs after `--warmup`.
 """
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from runtime.kernels._backend import use_triton
+from runtime.kernels.layernorm import add_layernorm, add_layernorm_reference
 from runtime.kernels.vision_rotary import vision_rotary, vision_rotary_reference
 from services.vision.model import Grid, VisionTower, VisionTowerConfig
 from services.vision.model.attention import ATTENTION_BACKENDS, select_attention
@@ -174,6 +177,7 @@ def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dty
     video = workloads(args.tiny)[-1]
     results["rotary"] = bench_rotary(cfg, ours, video, device, dtype, args)
     results["mlp_fc1"] = bench_fc1_gelu(cfg, ours, video, device, dtype, args)
+    results["add_layernorm"] = bench_add_layernorm(cfg, ours, video, device, dtype, args)
     results["patch_embed"] = bench_patch_embed(cfg, ours, video, device, dtype, args)
     results["preprocess"] = bench_preprocess(video, device, args)
     return results
@@ -224,6 +228,55 @@ def bench_fc1_gelu(
                          device, args.warmup, args.iters)
     return {"patches": num_patches, "separate": separate, "epilogue": epilogue,
             "separate_over_epilogue": separate["median_ms"] / epilogue["median_ms"]}
+
+
+# (rows per program, warps) tried for the add + LayerNorm kernel besides its default
+ADD_LAYERNORM_LAUNCHES = ((1, 4), (1, 8), (2, 8), (4, 16))
+# calls queued back to back per timed sample: a ~0.1 ms kernel timed alone would also count its host launch cost,
+# which the tower hides behind the GPU's queue
+ADD_LAYERNORM_CALLS = 10
+
+
+def timed_per_call(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int,
+                   calls: int) -> dict[str, float]:
+    """`timed` over `calls` back-to-back runs of `fn`, divided per call."""
+    timing = timed(lambda: [fn() for _ in range(calls)], device, warmup, iters)
+    return {name: ms / calls for name, ms in timing.items()}
+
+
+def bench_add_layernorm(
+    cfg: VisionTowerConfig, ours: VisionTower, work: Workload, device: torch.device, dtype: torch.dtype,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One residual add + the LayerNorm that reads the sum: the entry point (one Triton pass on CUDA in bf16/fp16)
+    vs PyTorch's add then norm. The fused pass moves four [N, hidden] tensors (reads y and residual, writes h and
+    norm(h)), the separate ops five (the norm re-reads h); gb_per_s counts those bytes."""
+    num_patches = sum(g.num_patches for g in work.grids)
+    y = torch.randn(num_patches, cfg.hidden_size, device=device, dtype=dtype)
+    residual = torch.randn(num_patches, cfg.hidden_size, device=device, dtype=dtype)
+    norm = ours.blocks[0].norm2
+    inputs = (y, residual, norm.weight, norm.bias, norm.eps)
+    tensor_bytes = y.numel() * y.element_size()
+
+    def measure(fn: Callable[[], Any], tensors_moved: int) -> dict[str, float]:
+        timing = timed_per_call(fn, device, args.warmup, args.iters, ADD_LAYERNORM_CALLS)
+        return {**timing, "gb_per_s": tensors_moved * tensor_bytes / (timing["median_ms"] * 1e6)}
+
+    with torch.inference_mode():
+        fused = measure(lambda: add_layernorm(*inputs), 4)
+        separate = measure(lambda: add_layernorm_reference(*inputs), 5)
+        launches = {}
+        if use_triton(y, residual, norm.weight, norm.bias):
+            from runtime.kernels.layernorm_triton import add_layernorm_triton  # imports triton
+
+            for block_rows, num_warps in ADD_LAYERNORM_LAUNCHES:
+                launches[f"{block_rows}rows_{num_warps}warps"] = measure(
+                    lambda: add_layernorm_triton(*inputs, block_rows=block_rows, num_warps=num_warps), 4)
+    calls = 2 * cfg.depth + 1  # embeddings + positions into the first norm1, then two per block
+    saving = separate["median_ms"] - fused["median_ms"]
+    return {"patches": num_patches, "fused": fused, "separate": separate, "by_launch": launches,
+            "separate_over_fused": separate["median_ms"] / fused["median_ms"],
+            "fused_per_forward": calls, "saving_per_forward_ms": saving * calls}
 
 
 def bench_patch_embed(

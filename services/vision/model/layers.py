@@ -1,10 +1,14 @@
-"""The tower's layers; attribute names mirror the checkpoint's `thinker.visual.*` keys so weights load by name."""
+"""The tower's layers; attribute names mirror the checkpoint's `thinker.visual.*` keys so weights load by name.
+
+Each residual add is fused with the LayerNorm that reads the sum (one Triton pass on CUDA in bf16/fp16).
+"""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runtime.kernels.layernorm import NormedResidual, add_layernorm
 from runtime.kernels.vision_rotary import vision_rotary
 from services.vision.model.attention import AttentionFn
 from services.vision.model.config import VisionTowerConfig
@@ -60,8 +64,13 @@ class VisionMLP(nn.Module):
         return self.linear_fc2(hidden)
 
 
+def add_norm(y: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> NormedResidual:
+    """h = residual + y, and norm(h)."""
+    return add_layernorm(y, residual, norm.weight, norm.bias, norm.eps)
+
+
 class VisionBlock(nn.Module):
-    """Pre-LN transformer block."""
+    """Pre-LN transformer block: h = h + attn(norm1(h)); h = h + mlp(norm2(h))."""
 
     def __init__(self, cfg: VisionTowerConfig) -> None:
         super().__init__()
@@ -71,10 +80,14 @@ class VisionBlock(nn.Module):
         self.mlp = VisionMLP(cfg)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: VisionPlan, attend: AttentionFn
-    ) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), cos, sin, plan, attend)
-        return x + self.mlp(self.norm2(x))
+        self, h: torch.Tensor, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: VisionPlan,
+        attend: AttentionFn, next_norm: nn.LayerNorm,
+    ) -> NormedResidual:
+        """h [N, hidden]: the residual stream, normed: norm1(h). Returns the block's output and `next_norm` of it
+        (the next block's norm1, or the final merger's ln_q): each residual add is fused with the norm that reads
+        it, so the norm never re-reads the sum from memory."""
+        h, x = add_norm(self.attn(normed, cos, sin, plan, attend), h, self.norm2)
+        return add_norm(self.mlp(x), h, next_norm)
 
 
 class PatchMerger(nn.Module):
@@ -93,10 +106,14 @@ class PatchMerger(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [N, hidden] patch rows -> [N/4, out]."""
         if self.norm_after_fold:
-            x = self.ln_q(x.view(-1, self.merged_dim))  # [N/4, 4·hidden]
-        else:
-            x = self.ln_q(x).view(-1, self.merged_dim)  # [N/4, 4·hidden]
+            return self.project(self.ln_q(x.view(-1, self.merged_dim)))  # [N/4, 4·hidden]
+        return self.project(self.ln_q(x).view(-1, self.merged_dim))  # [N/4, 4·hidden]
+
+    def project(self, folded: torch.Tensor) -> torch.Tensor:
+        """The MLP on folded, normalised rows [N/4, 4·hidden] -> [N/4, out]; the tower calls it directly for the
+        final merger, whose ln_q it has fused with the last residual add."""
         for layer in self.mlp:
-            x = layer(x)
-        return x  # [N/4, out]
+            folded = layer(folded)
+        return folded

@@ -14,7 +14,7 @@ from runtime.weights import load_component
 from services.vision.model.attention import select_attention, segment_sdpa
 from services.vision.model.config import VisionTowerConfig
 from services.vision.model.grid import Grid
-from services.vision.model.layers import PatchEmbed, PatchMerger, VisionBlock
+from services.vision.model.layers import PatchEmbed, PatchMerger, VisionBlock, add_norm
 from services.vision.model.plan import VisionPlan, build_plan
 from services.vision.model.rotary import inv_frequencies, rotary_cos_sin
 
@@ -117,15 +117,17 @@ class VisionTower(nn.Module):
                 f"patches has shape {tuple(patches.shape)} but the grids need "
                 f"({plan.num_patches}, {self.cfg.patch_dim})"
             )
-        x = self.patch_embed(patches) + self.positions(plan)  # [N, hidden]
+        # every norm that reads a residual sum, in order: the sum is fused with it (embeddings + positions included)
+        norms = [*(block.norm1 for block in self.blocks), self.merger.ln_q]
+        h, normed = add_norm(self.patch_embed(patches), self.positions(plan), norms[0])  # [N, hidden] each
         cos, sin = self.rotary(plan)  # once per forward, shared by every block
         deepstack: list[torch.Tensor] = []
         slots = {layer: slot for slot, layer in enumerate(self.cfg.deepstack_visual_indexes)}
         for layer, block in enumerate(self.blocks):
-            x = block(x, cos, sin, plan, self._attend)
+            h, normed = block(h, normed, cos, sin, plan, self._attend, norms[layer + 1])
             if layer in slots:
-                deepstack.append(self.merger_list[slots[layer]](x))
-        return VisionOutput(self.merger(x), deepstack)
+                deepstack.append(self.merger_list[slots[layer]](h))
+        return VisionOutput(self.merger.project(normed.view(-1, self.cfg.merged_dim)), deepstack)  # ln_q(h) folded
 
     def rotary(self, plan: VisionPlan) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [N, head_dim] float32 (the reference applies the rotary in float32) for every patch."""

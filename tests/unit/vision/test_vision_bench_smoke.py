@@ -20,7 +20,9 @@ def test_tiny_run_writes_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     out = tmp_path / "result.json"
     bench.main(["--tiny", "--out", str(out), "--warmup", "0", "--iters", "1"])
     result = json.loads(out.read_text())
-    assert {"commit", "date", "device", "command", "workloads", "patch_embed", "preprocess"} <= set(result)
+    expected = {"commit", "date", "device", "command", "workloads", "add_layernorm", "patch_embed", "preprocess"}
+    assert expected <= set(result)
     for row in result["workloads"].values():
         assert row["ours"]["median_ms"] > 0 and "transformers_over_ours" in row
     assert result["patch_embed"]["conv3d_over_gemm"] > 0
+    assert result["add_layernorm"]["fused_per_forward"] == 2 * 2 + 1  # the tiny tower's two blocks
