@@ -1,127 +1,106 @@
-"""Code2Wav's parts: sliding-window pre-transformer, causal (transposed) convolutions, ConvNeXt, SnakeBeta decoder."""
+"""Code2Wav's convolution stack on time-major `(B, T, C)` activations: causal (transposed) convs, ConvNeXt, SnakeBeta.
+
+Time-major keeps channels innermost from the pre-transformer to the waveform: cuDNN's tensor-core convs read
+that layout as NHWC directly (no transposes around each call), transposed convs become plain GEMMs, and the
+per-channel activations and norms act on the last dimension. Parameter names and shapes are the checkpoint's.
+"""
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from services.talker.model.config import Code2WavConfig
-from services.talker.model.layers import RMSNorm, SwiGLU, apply_rope, attend, inv_frequencies, rope_cos_sin
+from services.talker.model.code2wav_snake import snake
 
 
-class LayerScale(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(dim))
+def _store_time_major(param: nn.Parameter) -> None:
+    """Keep a `(A, B, K)` conv weight's shape but store it `(A, K, B)`: the layout the time-major calls read in place.
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
-
-
-class WindowAttention(nn.Module):
-    """Causal attention over the last `sliding_window` positions (self included), no q/k norm."""
-
-    def __init__(self, cfg: Code2WavConfig) -> None:
-        super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        cos_sin: tuple[torch.Tensor, torch.Tensor],
-        mask: torch.Tensor,
-        past: tuple[torch.Tensor, torch.Tensor] | None,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """x `(B, n, dim)`; cos/sin cover past + new positions; returns (out, raw keys/values past + new)."""
-        b, t, _ = x.shape
-        # (B, n, heads*D) -> (B, heads, n, D)
-        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        if past is not None:
-            k, v = torch.cat((past[0], k), dim=2), torch.cat((past[1], v), dim=2)
-        cos, sin = cos_sin
-        q, k_rot = apply_rope(q, cos[:, -t:], sin[:, -t:]), apply_rope(k, cos, sin)
-        return self.o_proj(attend(q, k_rot, v, mask).transpose(1, 2).reshape(b, t, -1)), (k, v)
+    Loading a checkpoint copies into the parameter and casts preserve strides, so the layout survives both.
+    """
+    param.data = param.data.transpose(1, 2).contiguous().transpose(1, 2)
 
 
-class PreTransformerLayer(nn.Module):
-    def __init__(self, cfg: Code2WavConfig) -> None:
-        super().__init__()
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = WindowAttention(cfg)
-        self.self_attn_layer_scale = LayerScale(cfg.hidden_size)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
-        self.mlp_layer_scale = LayerScale(cfg.hidden_size)
+class _Derived:
+    """A tensor computed from parameters, recomputed only when one of them is replaced or modified in place."""
+
+    def __init__(self) -> None:
+        self.key: tuple[int, ...] = ()
+        self.value: tuple[torch.Tensor, ...] = ()
+
+    def get(
+        self, params: tuple[torch.Tensor, ...], make: Callable[[], tuple[torch.Tensor, ...]]
+    ) -> tuple[torch.Tensor, ...]:
+        key = tuple(v for p in params for v in (p.data_ptr(), p._version))
+        if key != self.key:
+            self.key, self.value = key, make()
+        return self.value
 
 
-# Per layer: raw (un-rotated) keys and values of the last `window - 1` positions, `(B, KVH, P, D)` each.
-WindowCache = list[tuple[torch.Tensor, torch.Tensor]]
-
-
-class PreTransformer(nn.Module):
-    def __init__(self, cfg: Code2WavConfig) -> None:
-        super().__init__()
-        self.window = cfg.sliding_window
-        self.layers = nn.ModuleList(PreTransformerLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.register_buffer("inv_freq", inv_frequencies(cfg.head_dim, cfg.rope_theta), persistent=False)
-
-    def forward(self, x: torch.Tensor, past: WindowCache | None = None) -> tuple[torch.Tensor, WindowCache]:
-        """x `(B, n, dim)` new frames after the P frames whose keys/values `past` holds -> (out, new cache).
-
-        Positions are re-based to 0..P+n-1 on every call: RoPE only sees offsets, and keeping keys
-        un-rotated lets streams at different absolute positions share one batched call.
-        """
-        n = x.shape[1]
-        p = past[0][0].shape[2] if past else 0
-        pos = torch.arange(p + n, device=x.device)
-        cos, sin = rope_cos_sin(pos[None], self.inv_freq, x.dtype)
-        delta = pos[p:, None] - pos[None, :]  # query - key, (n, P+n)
-        mask = ((delta >= 0) & (delta < self.window))[None, None]
-        new_past: WindowCache = []
-        for i, layer in enumerate(self.layers):
-            h, kv = layer.self_attn(layer.input_layernorm(x), (cos, sin), mask, past[i] if past else None)
-            x = x + layer.self_attn_layer_scale(h)
-            x = x + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(x)))
-            new_past.append((kv[0][:, :, -(self.window - 1) :], kv[1][:, :, -(self.window - 1) :]))
-        return self.norm(x), new_past
+def conv_time_major(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int = 1,
+                    groups: int = 1) -> torch.Tensor:  # fmt: skip
+    """Valid (unpadded) conv of x `(B, T, C_in)` with a Conv1d weight `(C_out, C_in/groups, K)` -> `(B, T', C_out)`."""
+    if weight.shape[2] == 1 and groups == 1:
+        return F.linear(x, weight[:, :, 0], bias)  # a 1x1 conv is a GEMM over channels
+    # (B, T, C) -> (B, C, 1, T) and (C_out, C_in, K) -> (C_out, C_in, 1, K): channels-last views, no copies
+    x4 = x.unsqueeze(1).permute(0, 3, 1, 2)
+    y = F.conv2d(x4, weight.unsqueeze(2), bias, dilation=(1, dilation), groups=groups)
+    return y.permute(0, 2, 3, 1).squeeze(1)  # (B, C_out, 1, T') -> (B, T', C_out)
 
 
 class CausalConv(nn.Module):
-    """Conv1d padded on the left only, so output t sees inputs <= t (plus right padding to finish the last stride)."""
+    """Stride-1 Conv1d padded on the left only, so output t sees inputs <= t."""
 
-    def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1, stride: int = 1, groups: int = 1) -> None:
+    def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1, groups: int = 1) -> None:
         super().__init__()
-        self.conv = nn.Conv1d(c_in, c_out, kernel, stride=stride, dilation=dilation, groups=groups)
-        self.span = (kernel - 1) * dilation + 1
-        self.stride = stride
-        self.left = self.span - stride
+        self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation, groups=groups)
+        _store_time_major(self.conv.weight)
+        self.left = (kernel - 1) * dilation
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        length = x.shape[-1]
-        frames = -(-(length - self.span + self.left) // self.stride) + 1  # ceil division
-        right = (frames - 1) * self.stride + self.span - self.left - length
-        return self.conv(F.pad(x, (self.left, right)))
+    def forward(self, x: torch.Tensor, padded: bool = False) -> torch.Tensor:
+        """x `(B, T, C_in)` -> `(B, T, C_out)`; `padded`: x already starts with `left` zero rows (fused upstream)."""
+        if not padded and self.left:
+            x = F.pad(x, (0, 0, self.left, 0))
+        return conv_time_major(x, self.conv.weight, self.conv.bias, self.conv.dilation[0], self.conv.groups)
 
 
 class CausalTransConv(nn.Module):
-    """ConvTranspose1d trimmed by kernel-stride at both ends: L inputs -> (L-1)*stride + 2*stride - kernel outputs."""
+    """ConvTranspose1d (kernel = m * stride) trimmed by kernel-stride at both ends: L inputs -> (L-m+1)*stride.
+
+    Output block u (`stride` samples) is sum_i x[u - i] @ W[:, :, i*stride : (i+1)*stride], so the whole layer
+    is one GEMM of the m shifted inputs, side by side, against the weight regrouped once (cached).
+    """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, stride: int) -> None:
         super().__init__()
+        if kernel % stride:
+            raise ValueError(f"CausalTransConv kernel={kernel}, stride={stride}: kernel must be a multiple of stride")
         self.conv = nn.ConvTranspose1d(c_in, c_out, kernel, stride=stride)
-        self.trim = kernel - stride
+        self.stride, self.taps = stride, kernel // stride
+        self._gemm = _Derived()
+
+    def gemm_weight(self) -> tuple[torch.Tensor, ...]:
+        """(weight `(stride*C_out, taps*C_in)`, bias `(stride*C_out,)`): output (j, c_out) from input (i, c_in)."""
+        w, b = self.conv.weight, self.conv.bias
+
+        def make() -> tuple[torch.Tensor, ...]:
+            c_in, c_out, _ = w.shape
+            # w[c_in, c_out, i*stride + j] -> [j, c_out, i, c_in]
+            grouped = w.detach().view(c_in, c_out, self.taps, self.stride).permute(3, 1, 2, 0)
+            return grouped.reshape(self.stride * c_out, self.taps * c_in), b.detach().repeat(self.stride)
+
+        return self._gemm.get((w, b), make)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.conv(x)
-        return y[..., self.trim : y.shape[-1] - self.trim]
+        """x `(B, L, C_in)` -> `(B, (L - taps + 1) * stride, C_out)`."""
+        weight, bias = self.gemm_weight()
+        length, m = x.shape[1], self.taps
+        # taps side by side: row u holds x[u + m-1], x[u + m-2], ..., x[u]  -> (B, L-m+1, m*C_in)
+        stacked = x if m == 1 else torch.cat([x[:, m - 1 - i : length - i] for i in range(m)], dim=-1)
+        y = F.linear(stacked, weight, bias)  # (B, L-m+1, stride*C_out)
+        return y.view(x.shape[0], -1, self.conv.out_channels)
 
 
 class ConvNeXt(nn.Module):
@@ -136,9 +115,8 @@ class ConvNeXt(nn.Module):
         self.gamma = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.dwconv(x).transpose(1, 2)  # (B, C, T) -> (B, T, C) for the channel-last norm and MLP
-        h = self.gamma * self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
-        return x + h.transpose(1, 2)
+        """x `(B, T, C)` -> `(B, T, C)`."""
+        return x + self.gamma * self.pwconv2(F.gelu(self.pwconv1(self.norm(self.dwconv(x)))))
 
 
 class SnakeBeta(nn.Module):
@@ -148,11 +126,18 @@ class SnakeBeta(nn.Module):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
+        self._coefs = _Derived()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        alpha = self.alpha.exp()[None, :, None]  # (1, C, 1) against x (B, C, T)
-        beta = self.beta.exp()[None, :, None]
-        return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+    def coefficients(self) -> tuple[torch.Tensor, ...]:
+        """(e^alpha, 1 / (e^beta + 1e-9)) in fp32, computed once per weight load rather than on every call."""
+        alpha, beta = self.alpha, self.beta
+        return self._coefs.get((alpha, beta), lambda: (alpha.detach().float().exp(),
+                                                        1.0 / (beta.detach().float().exp() + 1e-9)))  # fmt: skip
+
+    def forward(self, x: torch.Tensor, left_pad: int = 0) -> torch.Tensor:
+        """x `(B, T, C)` -> `(B, left_pad + T, C)`: `left_pad` zero rows first, for a causal conv that follows."""
+        a, inv_b = self.coefficients()
+        return snake(x, a, inv_b, left_pad)
 
 
 class ResidualUnit(nn.Module):
@@ -164,7 +149,8 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv(dim, dim, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv2(self.act2(self.conv1(self.act1(x))))
+        h = self.conv1(self.act1(x, self.conv1.left), padded=True)
+        return x + self.conv2(self.act2(h))
 
 
 class DecoderBlock(nn.Module):
@@ -180,4 +166,3 @@ class DecoderBlock(nn.Module):
         for unit in self.block:
             x = unit(x)
         return x
-
