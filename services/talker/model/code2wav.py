@@ -90,19 +90,17 @@ class Code2Wav(nn.Module):
         return self.code_embedding(codes + self.code_offset).mean(dim=1)  # (B, G, T, dim) -> (B, T, dim)
 
     def vocode(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Pre-transformer output `(B, T, dim)` -> waveform `(B, 1, output_length(T))` in [-1, 1].
-
-        The whole stack runs time-major `(B, T, C)`, the layout the pre-transformer already produces.
-        """
-        x = hidden
+        """Pre-transformer output `(B, T, dim)` -> waveform `(B, 1, output_length(T))` in [-1, 1]."""
+        # (B, dim, T), channels first and contiguous: a transposed view would send cuDNN down its channels-last
+        # path, and every conv after it would inherit that layout
+        x = hidden.transpose(1, 2).contiguous()
         for stages in self.upsample:
             for stage in stages:
                 x = stage(x)
         *blocks, act, conv_out = self.decoder
         for stage in blocks:
             x = stage(x)
-        x = conv_out(act(x, conv_out.left), padded=True)  # (B, T, 1)
-        return x.clamp(-1.0, 1.0).transpose(1, 2)
+        return conv_out(act(x, conv_out.left), padded=True).clamp(-1.0, 1.0)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes `(B, G, T)` int -> waveform `(B, 1, output_length(T))`: one full, offline decode."""

@@ -2,8 +2,9 @@
 used evicted, the batch padded up to its bucket.
 
 A chunk step is hundreds of small kernels; launching them eagerly takes longer than the GPU needs to run them,
-so replaying a captured graph is most of the streaming speed-up at small batches. Streams keep their call shapes few (fixed window cache,
-final chunks padded to the nominal size), so a handful of graphs per bucket covers a whole utterance.
+so replaying a captured graph is most of the streaming speed-up at small batches. Streams keep their call
+shapes few (fixed window cache, final chunks padded to the nominal size), so a handful of graphs per bucket
+covers a whole utterance.
 """
 from __future__ import annotations
 

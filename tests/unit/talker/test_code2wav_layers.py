@@ -1,4 +1,4 @@
-"""Code2Wav's time-major conv layers equal PyTorch's channels-first Conv1d / ConvTranspose1d on the same weights."""
+"""Code2Wav's conv layers: causal padding (fused or not), trimmed transposed convs, SnakeBeta, input layouts."""
 from __future__ import annotations
 
 import pytest
@@ -6,8 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from services.talker.model.code2wav_layers import CausalConv, CausalTransConv, ConvNeXt, SnakeBeta
-from services.talker.model.code2wav_snake import snake_reference
+from services.talker.model.code2wav import Code2Wav
+from services.talker.model.code2wav_layers import CausalConv, CausalTransConv, SnakeBeta
+from services.talker.model.code2wav_snake import rows_uniform, snake_reference
+from tests.unit.talker.talker_tiny import tiny_config
 
 
 def randomise(module: nn.Module, seed: int) -> nn.Module:
@@ -21,78 +23,81 @@ def randomise(module: nn.Module, seed: int) -> nn.Module:
 @pytest.mark.parametrize(("kernel", "dilation", "groups"), [(7, 1, 1), (7, 3, 1), (1, 1, 1), (7, 1, 6)])
 def test_causal_conv_is_left_padded_conv1d(kernel: int, dilation: int, groups: int) -> None:
     conv = randomise(CausalConv(6, 6 if groups > 1 else 5, kernel, dilation, groups), seed=kernel + dilation)
-    x = torch.randn(2, 13, 6, generator=torch.Generator().manual_seed(0))  # (B, T, C)
+    x = torch.randn(2, 6, 13, generator=torch.Generator().manual_seed(0))  # (B, C, T)
+    left = (kernel - 1) * dilation
     with torch.no_grad():
         got = conv(x)
-        left = (kernel - 1) * dilation
-        ref = conv.conv(F.pad(x.transpose(1, 2), (left, 0))).transpose(1, 2)  # channels-first reference
-        pre_padded = conv(F.pad(x, (0, 0, left, 0)), padded=True)
-    assert got.shape == ref.shape == (2, 13, conv.conv.out_channels)
-    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+        ref = F.conv1d(F.pad(x, (left, 0)), conv.conv.weight, conv.conv.bias, dilation=dilation, groups=groups)
+        pre_padded = conv(F.pad(x, (left, 0)), padded=True)
+    assert got.shape == ref.shape == (2, conv.conv.out_channels, 13)
+    torch.testing.assert_close(got, ref, rtol=0, atol=0)
     torch.testing.assert_close(pre_padded, got, rtol=0, atol=0)
+    # causal: changing the last input step changes only the last output step
+    x2 = x.clone()
+    x2[..., -1] += 1.0
+    with torch.no_grad():
+        assert torch.equal(conv(x2)[..., :-1], got[..., :-1])
 
 
-@pytest.mark.parametrize(("kernel", "stride"), [(16, 8), (6, 3), (2, 2), (9, 3)])
+@pytest.mark.parametrize(("kernel", "stride"), [(16, 8), (6, 3), (2, 2)])
 def test_trans_conv_is_trimmed_conv_transpose(kernel: int, stride: int) -> None:
     layer = randomise(CausalTransConv(5, 4, kernel, stride), seed=kernel)
-    x = torch.randn(3, 7, 5, generator=torch.Generator().manual_seed(1))  # (B, L, C_in)
+    x = torch.randn(3, 5, 7, generator=torch.Generator().manual_seed(1))  # (B, C_in, L)
     with torch.no_grad():
         got = layer(x)
-        full = layer.conv(x.transpose(1, 2))  # (B, C_out, (L-1)*stride + kernel)
-        trim = kernel - stride
-        ref = full[..., trim : full.shape[-1] - trim].transpose(1, 2)
-    assert got.shape == ref.shape == (3, (7 - kernel // stride + 1) * stride, 4)
-    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+        full = F.conv_transpose1d(x, layer.conv.weight, layer.conv.bias, stride=stride)
+    trim = kernel - stride
+    assert got.shape == (3, 4, (7 - 1) * stride + 2 * stride - kernel)
+    torch.testing.assert_close(got, full[..., trim : full.shape[-1] - trim], rtol=0, atol=0)
+    assert rows_uniform(got)  # the snake after it reads the trimmed view in place
 
 
-def test_trans_conv_kernel_must_be_a_multiple_of_stride() -> None:
-    with pytest.raises(ValueError, match="kernel=5, stride=2"):
-        CausalTransConv(4, 4, 5, 2)
+def test_rows_uniform() -> None:
+    x = torch.randn(2, 3, 10)
+    assert rows_uniform(x) and rows_uniform(x[..., 2:7]) and rows_uniform(x[:1, :, ::1])
+    assert not rows_uniform(x[:, :2])  # batch stride no longer C * row stride
+    assert not rows_uniform(x.transpose(1, 2).contiguous().transpose(1, 2))  # channels-last
+    assert not rows_uniform(x[..., ::2])
 
 
-def test_derived_weights_follow_a_reload() -> None:
-    """The regrouped GEMM weight and the snake coefficients are cached; loading new weights must refresh them."""
-    trans, act = randomise(CausalTransConv(4, 3, 4, 2), seed=0), randomise(SnakeBeta(3), seed=1)
-    x = torch.randn(1, 5, 4, generator=torch.Generator().manual_seed(2))
+def test_snake_coefficients_follow_a_reload() -> None:
+    """The snake coefficients are cached; loading new weights must refresh them."""
+    act = randomise(SnakeBeta(3), seed=1)
+    x = torch.randn(1, 3, 5, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        before = act(trans(x))
-        trans.load_state_dict(randomise(CausalTransConv(4, 3, 4, 2), seed=3).state_dict())
+        before = act(x)
         act.load_state_dict(randomise(SnakeBeta(3), seed=4).state_dict())
-        after = act(trans(x))
-        ref = act(trans.conv(x.transpose(1, 2))[..., 2:-2].transpose(1, 2))
+        after = act(x)
+        ref = x + (1.0 / (act.beta.exp() + 1e-9))[:, None] * torch.sin(x * act.alpha.exp()[:, None]).pow(2)
     assert not torch.allclose(before, after)
-    torch.testing.assert_close(after, ref, rtol=1e-5, atol=1e-6)
-
-
-def test_conv_weight_layout_survives_load_and_cast() -> None:
-    """Conv weights are stored (C_out, K, C_in) so cuDNN reads them as NHWC in place; loading or casting keeps that."""
-    conv = CausalConv(4, 5, 7)
-    conv.load_state_dict({"conv.weight": torch.randn(5, 4, 7), "conv.bias": torch.randn(5)})
-    conv.conv.weight.data = conv.conv.weight.data.to(torch.bfloat16)
-    assert conv.conv.weight.stride() == (7 * 4, 1, 4)
+    torch.testing.assert_close(after, ref, rtol=1e-6, atol=1e-6)
 
 
 def test_snake_formula_and_padding() -> None:
     act = randomise(SnakeBeta(3), seed=5)
-    x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(6))
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
-        alpha, beta = act.alpha.exp(), act.beta.exp()
+        alpha, beta = act.alpha.exp()[:, None], act.beta.exp()[:, None]
         ref = x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
         got = act(x, left_pad=2)
-    assert got.shape == (2, 6, 3)
-    assert torch.equal(got[:, :2], torch.zeros(2, 2, 3))
-    torch.testing.assert_close(got[:, 2:], ref, rtol=1e-6, atol=1e-6)
+    assert got.shape == (2, 3, 6)
+    assert torch.equal(got[..., :2], torch.zeros(2, 3, 2))
+    torch.testing.assert_close(got[..., 2:], ref, rtol=1e-6, atol=1e-6)
     a, inv_b = act.coefficients()
     half = snake_reference(x.bfloat16(), a, inv_b)
     assert half.dtype == torch.bfloat16  # computed in fp32, rounded once
     torch.testing.assert_close(half.float(), snake_reference(x.bfloat16().float(), a, inv_b), rtol=1e-2, atol=1e-2)
 
 
-def test_convnext_time_major_matches_channels_first() -> None:
-    block = randomise(ConvNeXt(8), seed=7)
-    x = torch.randn(2, 9, 8, generator=torch.Generator().manual_seed(8))
+def test_vocoder_convs_read_contiguous_channels_first() -> None:
+    """Every conv of the vocoder gets a contiguous `(B, C, T)` input: a strided one (a transposed view) would make
+    cuDNN pick its channels-last kernels, which ran the wide late stages 7x slower on the H200."""
+    c2w = Code2Wav(tiny_config().code2wav).eval()
+    seen: list[tuple[str, bool]] = []
+    for name, m in c2w.named_modules():
+        if isinstance(m, (nn.Conv1d, nn.ConvTranspose1d)):
+            m.register_forward_pre_hook(lambda mod, args, name=name: seen.append((name, args[0].is_contiguous())))
     with torch.no_grad():
-        got = block(x)
-        h = block.dwconv.conv(F.pad(x.transpose(1, 2), (6, 0))).transpose(1, 2)
-        ref = x + block.gamma * block.pwconv2(F.gelu(block.pwconv1(block.norm(h))))
-    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+        c2w.vocode(torch.randn(2, 5, c2w.cfg.hidden_size).transpose(0, 1).contiguous().transpose(0, 1))
+    assert len(seen) == sum(isinstance(m, (nn.Conv1d, nn.ConvTranspose1d)) for m in c2w.modules())
+    assert [name for name, contiguous in seen if not contiguous] == []
