@@ -43,6 +43,9 @@ def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer)
     if speech.left_context_frames < receptive:
         log.warning("talker: left_context_frames=%d is below Code2Wav's receptive field of %d frames: chunk "
                     "boundaries will differ slightly from a full decode", speech.left_context_frames, receptive)
+    if speech.cuda_graphs and device.type == "cuda":  # streamed Code2Wav chunks replay graphs captured now
+        model.code2wav.enable_cuda_graphs(speech.max_rows).warm_up(speech.first_chunk_frames, speech.chunk_frames,
+                                                                   speech.left_context_frames)  # fmt: skip
     thinker_eos = frozenset(Tokenizer.from_dir(model_dir).eos_token_ids) | {model.cfg.thinker_eos}
     engine = SpeechEngine(runner, speech, thinker_eos, server.metrics)
     log.info("talker: %d rows x %d positions, frames per chunk %d then %d (context %d), voices %s, on %s %s",

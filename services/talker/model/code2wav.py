@@ -1,15 +1,26 @@
-"""Code2Wav: codec frames (G, T) -> 24 kHz waveform, and the reference's offline chunked decode."""
+"""Code2Wav: codec frames (G, T) -> 24 kHz waveform, one streamed chunk step, and the reference's offline chunking."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import nn
 
-from services.talker.model.code2wav_layers import (
-    CausalConv, CausalTransConv, ConvNeXt, DecoderBlock, PreTransformer, SnakeBeta,
-)
+from services.talker.model.code2wav_layers import CausalConv, CausalTransConv, ConvNeXt, DecoderBlock, SnakeBeta
+from services.talker.model.code2wav_transformer import PreTransformer
 from services.talker.model.config import Code2WavConfig
+
+if TYPE_CHECKING:
+    from services.talker.model.code2wav_graphs import Code2WavGraphs
+
+
+class StreamStep(NamedTuple):
+    """One batched chunk: waveform `(B, samples)`, window cache after it, the vocoder's input `(B, C + n, dim)`."""
+
+    wav: torch.Tensor
+    past: torch.Tensor
+    hidden: torch.Tensor
 
 
 class Code2Wav(nn.Module):
@@ -31,6 +42,11 @@ class Code2Wav(nn.Module):
         self.decoder = nn.ModuleList(decoder)
         offsets = torch.arange(cfg.num_quantizers).view(1, -1, 1) * cfg.codebook_size
         self.register_buffer("code_offset", offsets, persistent=False)
+        # row v: the last v of the window-1 cached positions hold real frames (a stream's first v frames)
+        cached = cfg.sliding_window - 1
+        valid = torch.arange(cached)[None, :] >= cached - torch.arange(cached + 1)[:, None]
+        self.register_buffer("window_valid_rows", valid, persistent=False)
+        self.graphs: Code2WavGraphs | None = None  # set by enable_cuda_graphs: streamed chunks replay CUDA graphs
 
     @property
     def samples_per_frame(self) -> int:
@@ -75,18 +91,64 @@ class Code2Wav(nn.Module):
 
     def vocode(self, hidden: torch.Tensor) -> torch.Tensor:
         """Pre-transformer output `(B, T, dim)` -> waveform `(B, 1, output_length(T))` in [-1, 1]."""
-        x = hidden.transpose(1, 2)  # (B, dim, T): channels first for the convolutions
+        # (B, dim, T), channels first and contiguous: a transposed view would send cuDNN down its channels-last
+        # path, and every conv after it would inherit that layout
+        x = hidden.transpose(1, 2).contiguous()
         for stages in self.upsample:
             for stage in stages:
                 x = stage(x)
-        for stage in self.decoder:
+        *blocks, act, conv_out = self.decoder
+        for stage in blocks:
             x = stage(x)
-        return x.clamp(-1.0, 1.0)
+        return conv_out(act(x, conv_out.left), padded=True).clamp(-1.0, 1.0)
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes `(B, G, T)` int -> waveform `(B, 1, output_length(T))`: one full, offline decode."""
         hidden, _ = self.pre_transformer(self.embed(codes))
         return self.vocode(hidden)
+
+    # --- streaming ---------------------------------------------------------------------------------------------
+
+    def empty_window(self) -> torch.Tensor:
+        """A stream's window cache before its first frame: `(layers, 2, 1, KVH, window-1, D)` zeros (all masked)."""
+        cfg = self.cfg
+        shape = (cfg.num_layers, 2, 1, cfg.num_kv_heads, cfg.sliding_window - 1, cfg.head_dim)
+        return self.code_offset.new_zeros(shape, dtype=self.code_embedding.weight.dtype)
+
+    def window_valid(self, cached: list[int]) -> torch.Tensor:
+        """`(B, window-1)` bool: row b marks the last cached[b] positions as real frames (no host-to-device copy)."""
+        return torch.stack([self.window_valid_rows[c] for c in cached])
+
+    def stream_step(
+        self, codes: torch.Tensor, past: torch.Tensor, past_valid: torch.Tensor, context: torch.Tensor | None
+    ) -> StreamStep:
+        """One chunk for B streams: codes `(B, G, n)` after a window cache `(layers, 2, B, KVH, window-1, D)` whose
+        real positions `past_valid` `(B, window-1)` marks; the vocoder re-runs `context` `(B, C, dim)` first.
+
+        Fixed shapes for fixed (B, n, C) and no host synchronisation: this is what a CUDA graph captures.
+        """
+        hidden, new_past = self.pre_transformer(self.embed(codes), past, past_valid)
+        if context is not None:
+            hidden = torch.cat((context, hidden), dim=1)
+        return StreamStep(self.vocode(hidden)[:, 0], new_past, hidden)
+
+    def run_stream_step(
+        self, codes: torch.Tensor, past: torch.Tensor, past_valid: torch.Tensor, context: torch.Tensor | None
+    ) -> StreamStep:
+        """`stream_step`, through the CUDA graphs when they are enabled."""
+        if self.graphs is not None:
+            return self.graphs.run(codes, past, past_valid, context)
+        return self.stream_step(codes, past, past_valid, context)
+
+    def enable_cuda_graphs(self, max_batch: int = 32, max_graphs: int = 32, capture: bool = True) -> Code2WavGraphs:
+        """Streamed chunks from now on pad their batch to a bucket and replay a graph per (bucket, frames, context).
+
+        `capture=False` keeps the fixed shapes and padding but runs eagerly (the graphs' reference in tests).
+        """
+        from services.talker.model.code2wav_graphs import Code2WavGraphs
+
+        self.graphs = Code2WavGraphs(self, max_batch, max_graphs, capture)
+        return self.graphs
 
 
 def chunked_decode(model: Code2Wav, codes: torch.Tensor, chunk_size: int = 300, left_context: int = 25) -> torch.Tensor:

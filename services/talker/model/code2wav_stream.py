@@ -1,12 +1,12 @@
 """Streaming Code2Wav: decode an utterance chunk by chunk as frames arrive, batched across streams."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from services.talker.model.code2wav import Code2Wav
-from services.talker.model.code2wav_layers import WindowCache
 
 
 class StreamingCode2Wav:
@@ -18,6 +18,11 @@ class StreamingCode2Wav:
     gaps, into a prefix of the full decode; after the final pull they are the full decode. With
     `left_context >= model.conv_receptive_frames()` (11 for the real model) that equality is exact up to
     fp32 rounding; shorter contexts trade a bounded error for less work (tests pin it).
+
+    The window cache always spans `window - 1` positions (the first frames' missing ones masked), so calls
+    differ only in (new frames, context frames). With the model's CUDA graphs on, a final short chunk is
+    padded to the nominal chunk size: everything is causal, so the emitted samples are unchanged, but the
+    stream's cache then holds the padding and the stream is closed to further frames.
     """
 
     def __init__(self, model: Code2Wav, first_chunk: int, chunk: int, left_context: int) -> None:
@@ -26,63 +31,94 @@ class StreamingCode2Wav:
                 raise ValueError(f"StreamingCode2Wav {name}={value}: must be >= 1 frame")
         self.model = model
         self.first_chunk, self.chunk, self.left_context = first_chunk, chunk, left_context
-        self.codes = torch.empty(model.cfg.num_quantizers, 0, dtype=torch.long, device=model.code_offset.device)
+        # frames pushed but not decoded yet, (G, num_frames - decoded_frames)
+        self.pending = torch.empty(model.cfg.num_quantizers, 0, dtype=torch.long, device=model.code_offset.device)
+        self.num_frames = 0
         self.decoded_frames = 0
         self.emitted = 0  # samples emitted so far
-        self.past: WindowCache | None = None  # pre-transformer window cache, batch dim 1
+        self.past: torch.Tensor | None = None  # window cache (layers, 2, 1, KVH, window-1, D)
+        self.cached = 0  # how many of its last positions hold real frames
         self.context: torch.Tensor | None = None  # (1, <= left_context, dim) last pre-transformer outputs
-
-    @property
-    def num_frames(self) -> int:
-        return self.codes.shape[1]
+        self.closed = False  # a padded final chunk consumed the cache
 
     def push(self, frames: torch.Tensor) -> None:
         """Append frames `(G, n)` (or one frame `(G,)`)."""
+        if self.closed:
+            raise ValueError("StreamingCode2Wav: frames pushed after the final chunk was flushed")
         frames = frames if frames.dim() == 2 else frames[:, None]
-        self.codes = torch.cat((self.codes, frames.to(self.codes.device, torch.long)), dim=1)
+        self.pending = torch.cat((self.pending, frames.to(self.pending.device, torch.long)), dim=1)
+        self.num_frames += frames.shape[1]
 
     def ready_frames(self, final: bool = False) -> int:
         """New frames the next chunk decodes now; 0 until enough arrived (`final`: whatever is left)."""
-        size = self.first_chunk if self.decoded_frames == 0 else self.chunk
+        size = self.nominal_chunk
         if self.num_frames >= self.decoded_frames + size:
             return size
         return self.num_frames - self.decoded_frames if final else 0
 
-    def batch_key(self, final: bool = False) -> tuple[int, int, int]:
-        """Streams with equal keys decode in one batched call: (new frames, cached positions, context frames)."""
-        cached = 0 if self.past is None else self.past[0][0].shape[2]
-        context = 0 if self.context is None else self.context.shape[1]
-        return self.ready_frames(final), cached, context
+    @property
+    def nominal_chunk(self) -> int:
+        return self.first_chunk if self.decoded_frames == 0 else self.chunk
+
+    def batch_key(self, final: bool = False) -> tuple[int, int]:
+        """Streams with equal keys decode in one batched call: (frames in the call, context frames)."""
+        ready = self.ready_frames(final)
+        frames = self.nominal_chunk if ready and self.model.graphs is not None else ready
+        return frames, 0 if self.context is None else self.context.shape[1]
 
     def pull(self, final: bool = False) -> list[torch.Tensor]:
         """Decode every chunk that is ready now; `final` flushes the tail."""
         return decode_streams(self.model, [self], final)[0]
 
 
+class _Group(NamedTuple):
+    frames: int  # per call, >= each stream's ready frames
+    context: int
+    streams: list[StreamingCode2Wav]
+    ready: list[int]
+
+
 @torch.no_grad()
-def _decode_group(model: Code2Wav, streams: Sequence[StreamingCode2Wav], n: int) -> list[torch.Tensor]:
-    """One chunk of n new frames for streams sharing a batch key; returns each stream's new samples."""
-    codes = torch.stack([s.codes[:, s.decoded_frames : s.decoded_frames + n] for s in streams])  # (B, G, n)
-    past: WindowCache | None = None
-    if streams[0].past is not None:
-        per_stream = [s.past for s in streams if s.past is not None]
-        past = [(torch.cat([p[i][0] for p in per_stream]), torch.cat([p[i][1] for p in per_stream]))
-                for i in range(len(per_stream[0]))]  # fmt: skip
-    hidden, new_past = model.pre_transformer(model.embed(codes), past)
-    if streams[0].context is not None:
-        hidden = torch.cat((torch.cat([s.context for s in streams]), hidden), dim=1)  # type: ignore[misc]
-    wav = model.vocode(hidden)[:, 0]  # (B, samples)
+def _decode_group(model: Code2Wav, group: _Group) -> list[torch.Tensor]:
+    """One chunk for streams sharing a batch key; returns each stream's new samples."""
+    n, streams = group.frames, group.streams
+    # (B, G, n): a short final chunk is padded with code 0 after its last frame
+    codes = torch.stack([F.pad(s.pending[:, :r], (0, n - r)) if r < n else s.pending[:, :n]
+                         for s, r in zip(streams, group.ready)])  # fmt: skip
+    if group.context:
+        past = torch.cat([s.past for s in streams], dim=2)  # type: ignore[misc]
+        context: torch.Tensor | None = torch.cat([s.context for s in streams])  # type: ignore[misc]
+    else:  # fresh streams: nothing cached, nothing to re-vocode
+        past, context = model.empty_window().expand(-1, -1, len(streams), -1, -1, -1), None
+    step = model.run_stream_step(codes, past, model.window_valid([s.cached for s in streams]), context)
     pieces = []
-    for b, s in enumerate(streams):
-        first = s.decoded_frames - (hidden.shape[1] - n)  # frame index of wav[b, 0]
-        end = s.decoded_frames + n
+    for b, (s, r) in enumerate(zip(streams, group.ready)):
+        first = s.decoded_frames - group.context  # frame index of wav[b, 0]
+        end = s.decoded_frames + r
         emit_to = end * model.samples_per_frame - model.held_back
         offset = first * model.samples_per_frame
-        pieces.append(wav[b, s.emitted - offset : emit_to - offset])
+        pieces.append(step.wav[b, s.emitted - offset : emit_to - offset])
+        s.pending = s.pending[:, r:]
         s.decoded_frames, s.emitted = end, emit_to
-        s.past = [(k[b : b + 1], v[b : b + 1]) for k, v in new_past]
-        s.context = hidden[b : b + 1, -s.left_context :]
+        if r < n:  # the cache and context now include the padding
+            s.past, s.context, s.closed = None, None, True
+        else:
+            s.past, s.cached = step.past[:, :, b : b + 1], min(s.cached + n, step.past.shape[4])
+            s.context = step.hidden[b : b + 1, -s.left_context :]
     return pieces
+
+
+def _groups(
+    model: Code2Wav, streams: Sequence[StreamingCode2Wav], finals: Sequence[bool]
+) -> list[tuple[tuple[int, int], list[int]]]:
+    """(batch key, stream indices) of every stream with a chunk ready, split to the graphs' largest batch."""
+    by_key: dict[tuple[int, int], list[int]] = {}
+    for i, (s, fin) in enumerate(zip(streams, finals)):
+        key = s.batch_key(fin)
+        if key[0] > 0:
+            by_key.setdefault(key, []).append(i)
+    limit = model.graphs.max_batch if model.graphs is not None else len(streams)
+    return [(key, idx[k : k + limit]) for key, idx in by_key.items() for k in range(0, len(idx), limit)]
 
 
 def decode_streams(
@@ -96,13 +132,11 @@ def decode_streams(
     finals = [final] * len(streams) if isinstance(final, bool) else list(final)
     out: list[list[torch.Tensor]] = [[] for _ in streams]
     while True:
-        groups: dict[tuple[int, int, int], list[int]] = {}
-        for i, (s, fin) in enumerate(zip(streams, finals)):
-            key = s.batch_key(fin)
-            if key[0] > 0:
-                groups.setdefault(key, []).append(i)
+        groups = _groups(model, streams, finals)
         if not groups:
             return out
-        for (n, _, _), idx in groups.items():
-            for i, piece in zip(idx, _decode_group(model, [streams[i] for i in idx], n)):
+        for (n, context), idx in groups:
+            members = [streams[i] for i in idx]
+            group = _Group(n, context, members, [s.ready_frames(finals[i]) for s, i in zip(members, idx)])
+            for i, piece in zip(idx, _decode_group(model, group)):
                 out[i].append(piece)

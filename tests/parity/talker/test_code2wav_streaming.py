@@ -16,9 +16,12 @@ boundary. The reference's `chunked_decode` by contrast drops `held_back` (555) s
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import pytest
 import torch
 
+from services.talker.model.code2wav_graphs import Code2WavGraphs
 from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
 from services.talker.model.load import TalkerModel
 
@@ -88,3 +91,53 @@ def test_batched_streams_equal_each_alone(talker_model: TalkerModel) -> None:
 def test_chunk_sizes_must_be_positive(talker_model: TalkerModel) -> None:
     with pytest.raises(ValueError, match="left_context=0"):
         StreamingCode2Wav(talker_model.code2wav, 4, 25, 0)
+
+
+@pytest.fixture
+def fixed_shapes(talker_model: TalkerModel) -> Iterator[Code2WavGraphs]:
+    """The graphs' shape discipline without capturing (CPU): batch buckets, padded finals, eviction."""
+    graphs = talker_model.code2wav.enable_cuda_graphs(max_batch=4, max_graphs=2, capture=False)
+    yield graphs
+    talker_model.code2wav.graphs = None
+
+
+def test_fixed_shapes_equal_eager_streaming(talker_model: TalkerModel, fixed_shapes: Code2WavGraphs) -> None:
+    """Six streams (more than the largest bucket of 4), short finals padded to 10 frames, graphs evicted."""
+    c2w = talker_model.code2wav
+    lengths = (33, 21, 16, 24, 12, 40)
+    codes = [random_codes(n, seed=n) for n in lengths]
+    c2w.graphs = None
+    alone = [torch.cat(stream_all(StreamingCode2Wav(c2w, 4, 10, 11), c)) for c in codes]
+    c2w.graphs = fixed_shapes
+    streams = [StreamingCode2Wav(c2w, 4, 10, 11) for _ in lengths]
+    got: list[list[torch.Tensor]] = [[] for _ in lengths]
+    for t in range(max(lengths)):
+        for s, c in zip(streams, codes):
+            if t < c.shape[1]:
+                s.push(c[:, t])
+        for i, pieces in enumerate(decode_streams(c2w, streams, [t == c.shape[1] - 1 for c in codes])):
+            got[i] += pieces
+    for a, b in zip(alone, got):
+        joined = torch.cat(b)
+        assert joined.shape == a.shape
+        assert (joined - a).abs().max().item() <= 1e-5
+    assert len(fixed_shapes.entries) == 2  # (4, 0), (10, 4), (10, 11) over buckets 1, 2 and 4, bounded at 2
+    assert [s.closed for s in streams] == [True, True, True, False, True, True]  # a short tail: padded, cache gone
+    with pytest.raises(ValueError, match="after the final chunk"):
+        streams[0].push(codes[0][:, 0])
+
+
+def test_exact_final_chunk_keeps_the_stream_open(talker_model: TalkerModel, fixed_shapes: Code2WavGraphs) -> None:
+    """A final chunk that needed no padding leaves a usable cache: more frames may follow."""
+    c2w = talker_model.code2wav
+    codes = random_codes(24, seed=5)
+    stream = StreamingCode2Wav(c2w, 4, 10, 11)
+    stream.push(codes[:, :14])
+    first = stream.pull(final=True)
+    stream.push(codes[:, 14:])
+    out = torch.cat(first + stream.pull(final=True))
+    c2w.graphs = None
+    with torch.no_grad():
+        full = c2w(codes[None])[0, 0]
+    assert out.shape == full.shape
+    assert (out - full).abs().max().item() <= 1e-5 * full.abs().max().item()
