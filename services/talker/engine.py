@@ -123,6 +123,8 @@ class SpeechEngine:
             self._fail_all(Unavailable(f"the talker engine has failed: {e!r}", stage="talker"))
 
     def _has_work(self) -> bool:
+        if self.runner.has_pending:  # a launched frame's codes to read (an EOS there ends its row)
+            return True
         if self.runner.kv.free_slots and any(j.can_start for j in self._pending.values()):
             return True
         return any(j.state is not None and (j.state.is_ready or j.is_done) for j in self._running.values())
@@ -186,11 +188,15 @@ class SpeechEngine:
         return started
 
     def _step_rows(self) -> bool:
+        settled = self.runner.has_pending
+        self.runner.settle()  # the last frame's codes: rows that hit the codec EOS there end now
         ready = [j for j in self._running.values() if j.state is not None and j.state.is_ready]
         if not ready:
-            return False
+            return settled
         t0 = time.perf_counter()
-        frames = self.runner.step([j.state for j in ready])  # (B, G)
+        # deferred: the frame's new codes are read at the next settle, so decoding and sending audio below
+        # overlap the GPU's frame instead of waiting for it
+        frames = self.runner.step([j.state for j in ready], defer=True)  # (B, G)
         host = frames.cpu() if any(j.inp.return_codes for j in ready) else None
         for i, job in enumerate(ready):
             job.add_frame(frames[i], host[i] if host is not None and job.inp.return_codes else None)

@@ -61,7 +61,7 @@ class FrameGraphs:
 
     def run(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
         """One frame for the `B` rows of `inp` (device tensors); outputs are views valid until the next run."""
-        rows = inp.code0.shape[0]
+        rows = inp.slots.shape[0]
         shape = self._get(self.bucket_for(rows), mode)
         self._load(shape.inputs, inp, rows, mode)
         if shape.graph is not None:
@@ -92,7 +92,6 @@ class FrameGraphs:
         cfg = model.cfg
         zeros = lambda *shape, dtype=torch.float32: torch.zeros(*shape, dtype=dtype, device=device)  # noqa: E731
         inputs = FrameInputs(
-            code0=zeros(bucket, dtype=torch.long), past_hidden=zeros(bucket, cfg.lm.hidden_size, dtype=model.dtype),
             text_ids=zeros(bucket, dtype=torch.long), positions=zeros(bucket),
             slots=zeros(bucket, dtype=torch.long), cache_len=zeros(bucket, dtype=torch.long),
             knobs=zeros(bucket, NUM_KNOBS), talker_noise=zeros(bucket, cfg.lm.vocab_size),

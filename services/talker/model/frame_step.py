@@ -62,11 +62,26 @@ def knob_row(s: TalkerSampling) -> list[float]:
 
 
 @dataclass(frozen=True)
+class SlotTables:
+    """What a row carries from one frame to the next, on the device and indexed by KV slot (the last row is the
+    pool's scratch slot): a frame reads its rows' entries and writes the next ones, so the host never has to
+    hand the codes back in before the next frame can start."""
+
+    seen: torch.Tensor  # (slots + 1, talker vocab) bool: codes the slot's request generated (repetition penalty)
+    code0: torch.Tensor  # (slots + 1,) long: codebook 0 of the slot's next frame
+    hidden: torch.Tensor  # (slots + 1, hidden): the talker state that picked it
+
+    @classmethod
+    def allocate(cls, slots: int, vocab: int, hidden: int, dtype: torch.dtype, device: torch.device) -> SlotTables:
+        return cls(torch.zeros(slots + 1, vocab, dtype=torch.bool, device=device),
+                   torch.zeros(slots + 1, dtype=torch.long, device=device),
+                   torch.zeros(slots + 1, hidden, dtype=dtype, device=device))
+
+
+@dataclass(frozen=True)
 class FrameInputs:
     """Device tensors, one row per batch row; padding rows point at the KV pool's scratch slot."""
 
-    code0: torch.Tensor  # (B,) long: codebook 0 of this frame, picked by the last talker step
-    past_hidden: torch.Tensor  # (B, hidden): the talker state that picked it
     text_ids: torch.Tensor  # (B,) long: the thinker id this row speaks in the next talker input
     positions: torch.Tensor  # (B,) float: that input's position (the three M-RoPE axes are equal for it)
     slots: torch.Tensor  # (B,) long: KV slot of each row
@@ -84,12 +99,12 @@ class FrameOutputs:
 
 
 class FrameStep:
-    """Holds the fused weights and the per-slot seen-codes table; `__call__` runs one frame for a batch."""
+    """Holds the fused weights and reads/writes the runner's slot tables; `__call__` runs one frame for a batch."""
 
-    def __init__(self, model: TalkerModel, kv: KVPool, seen: torch.Tensor, suppress: torch.Tensor) -> None:
+    def __init__(self, model: TalkerModel, kv: KVPool, tables: SlotTables, suppress: torch.Tensor) -> None:
         self.model = model
         self.kv = kv
-        self.seen = seen  # (slots + 1, talker vocab) bool, owned by the runner
+        self.tables = tables
         self.suppress = suppress
         self.talker = talker_weights(model.lm)
         self.predictor = predictor_weights(model.predictor)
@@ -101,17 +116,20 @@ class FrameStep:
 
     def __call__(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
         """One frame; `mode` (see `frame_mode`) must suit every row's sampling settings."""
-        model, knobs = self.model, inp.knobs
-        code0_embed = model.lm.codec_embedding(inp.code0)
-        codes, embed_sum = self._predict(inp.past_hidden, code0_embed, knobs, inp.predictor_noise, mode)
+        model, knobs, tables, slots = self.model, inp.knobs, self.tables, inp.slots
+        code0 = tables.code0[slots]
+        code0_embed = model.lm.codec_embedding(code0)
+        codes, embed_sum = self._predict(tables.hidden[slots], code0_embed, knobs, inp.predictor_noise, mode)
         x = embed_sum + model.text_embeds(inp.text_ids)
-        hidden = self._talker(x, inp.positions, inp.slots, inp.cache_len)
+        hidden = self._talker(x, inp.positions, slots, inp.cache_len)
         logits = model.lm.codec_head(hidden).float()
-        logits = penalize(logits, self.seen[inp.slots], knobs[:, PENALTY])
+        logits = penalize(logits, tables.seen[slots], knobs[:, PENALTY])
         logits = logits.masked_fill(self.suppress, float("-inf"))
         next_code0 = _pick(logits, knobs, (TEMPERATURE, TOP_K, TOP_P), inp.talker_noise, mode)
-        self.seen.index_put_((inp.slots, next_code0), torch.ones_like(next_code0, dtype=torch.bool))
-        return FrameOutputs(torch.cat((inp.code0[:, None], codes), dim=1), hidden, next_code0)
+        tables.seen.index_put_((slots, next_code0), torch.ones_like(next_code0, dtype=torch.bool))
+        tables.code0.index_copy_(0, slots, next_code0)
+        tables.hidden.index_copy_(0, slots, hidden)
+        return FrameOutputs(torch.cat((code0[:, None], codes), dim=1), hidden, next_code0)
 
     # --- code predictor ----------------------------------------------------------------------------------------
 

@@ -8,13 +8,23 @@ from typing import Iterable, Sequence
 import torch
 
 from services.talker.model.frame_graphs import FrameGraphs, batch_buckets
-from services.talker.model.frame_step import FrameInputs, FrameStep, frame_mode, knob_row
+from services.talker.model.frame_step import FrameInputs, FrameStep, SlotTables, frame_mode, knob_row
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt, build_prefill, trailing_text
 from services.talker.model.sampling import GREEDY, TalkerSampling, draw, penalize, top2_margin, warp
 from services.talker.model.state import TalkerState
 
 __all__ = ["SpeechResult", "TalkerRunner", "TalkerState", "lockstep_generate"]
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A launched fast frame: its continuing rows, their positions in the batch, and where their codes land."""
+
+    states: list[TalkerState]
+    rows: list[int]
+    codes: torch.Tensor  # (B,) long, host (pinned on CUDA), filled by a non-blocking copy
+    copied: torch.cuda.Event | None  # recorded after that copy (None on CPU, where the copy is synchronous)
 
 
 class TalkerRunner:
@@ -36,15 +46,18 @@ class TalkerRunner:
         self.suppress = torch.zeros(vocab, dtype=torch.bool, device=model.device)
         self.suppress[vocab - 1024 :] = True
         self.suppress[cfg.tokens.codec_eos] = False
-        # codes each slot's request generated (repetition penalty); the last row is the KV pool's scratch slot
-        self.seen = torch.zeros(max_rows + 1, vocab, dtype=torch.bool, device=model.device)
+        # per slot (the last row is the KV pool's scratch slot): seen codes, next code 0 and its talker state
+        self.tables = SlotTables.allocate(max_rows, vocab, cfg.lm.hidden_size, model.dtype, model.device)
+        self.seen = self.tables.seen
         # `fast`: frames run through FrameStep (fused kernels, no host sync), captured per batch bucket when
         # `cuda_graphs`; otherwise `step` is the plain reference loop below.
         self.frames: FrameGraphs | None = None
+        self._pending: _Pending | None = None  # a launched fast frame whose new codes the host has not read yet
         if fast:
-            step = FrameStep(model, self.kv, self.seen, self.suppress)
+            step = FrameStep(model, self.kv, self.tables, self.suppress)
             capture = cuda_graphs and model.device.type == "cuda"
             self.frames = FrameGraphs(step, batch_buckets(max_rows), capture=capture)
+            self._codes_host = torch.zeros(max_rows, dtype=torch.long, pin_memory=model.device.type == "cuda")
 
     @torch.no_grad()
     def start(
@@ -82,12 +95,21 @@ class TalkerRunner:
         return state
 
     @torch.no_grad()
-    def step(self, states: Sequence[TalkerState]) -> torch.Tensor:
-        """One frame for each ready row: `(B, G)` codes (codebook 0 first)."""
+    def step(self, states: Sequence[TalkerState], defer: bool = False) -> torch.Tensor:
+        """One frame for each ready row: `(B, G)` codes (codebook 0 first).
+
+        `defer` (fast path): return as soon as the frame is launched and read its new codes (which may end a row
+        on the codec EOS) in the next `settle()` — the caller's host work then overlaps the GPU's frame. Call
+        `settle()` before choosing the rows of the next step.
+        """
+        self.settle()
         if not all(s.is_ready for s in states):
             raise RuntimeError("step() got a finished row or one still waiting for thinker text")
         if self.frames is not None and not self.record_margins:
-            return self._step_fast(states)
+            frames = self._step_fast(states)
+            if not defer:
+                self.settle()
+            return frames
         model, dev = self.model, self.model.device
         talker_noise, predictor_noise = self._noise(states)
         code0 = torch.tensor([s.code0 for s in states], device=dev)
@@ -122,7 +144,7 @@ class TalkerRunner:
         return frames
 
     def _step_fast(self, states: Sequence[TalkerState]) -> torch.Tensor:
-        """`step` through FrameGraphs: same choices as the loop above, one host sync (the new codes) per frame."""
+        """Launch one frame through FrameGraphs; the rows' next codes are read by `settle()`."""
         assert self.frames is not None
         dev = self.model.device
         going = [s.num_frames + 1 < s.max_frames for s in states]  # a row's last frame needs no talker step
@@ -132,32 +154,52 @@ class TalkerRunner:
         mode = frame_mode(s.sampling for s in states)
         talker_noise, predictor_noise = self._noise(states) if mode != "greedy" else (None, None)
         host_long = torch.tensor([
-            [s.code0 for s in states],
             [s.next_text() if go else s.tts_pad for s, go in zip(states, going)],
             [s.slot for s in states],
             [s.cache_len for s in states],
         ]).to(dev)  # fmt: skip
         inputs = FrameInputs(
-            code0=host_long[0], past_hidden=torch.stack([s.last_hidden for s in states]), text_ids=host_long[1],
-            positions=torch.tensor([s.next_position for s in states]).to(dev), slots=host_long[2],
-            cache_len=host_long[3], knobs=torch.tensor([knob_row(s.sampling) for s in states]).to(dev),
+            text_ids=host_long[0], positions=torch.tensor([s.next_position for s in states]).to(dev),
+            slots=host_long[1], cache_len=host_long[2], knobs=torch.tensor([knob_row(s.sampling) for s in states]).to(dev),
             talker_noise=talker_noise, predictor_noise=predictor_noise,
         )  # type: ignore[arg-type]  # noise is None only for a greedy batch, whose graph never reads it
         out = self.frames.run(inputs, mode)
-        self._draw_ahead([s for s, go in zip(states, going) if go])  # while the GPU runs the frame
-        next_codes = out.next_code0.tolist()
-        frames, hidden = out.frames.clone(), out.hidden.clone()  # the graph's outputs are rewritten next frame
-        eos = self.model.cfg.tokens.codec_eos
-        for s, go, code, h in zip(states, going, next_codes, hidden):
+        codes = self._codes_host[: len(states)]
+        codes.copy_(out.next_code0, non_blocking=True)
+        copied = torch.cuda.Event() if dev.type == "cuda" else None
+        if copied is not None:
+            copied.record()
+        frames = out.frames.clone()  # the graph's outputs are rewritten next frame
+        for s, go in zip(states, going):
             s.num_frames += 1
-            if not go:
-                self._finish(s)
-                continue
-            s.cache_len, s.next_position = s.cache_len + 1, s.next_position + 1
-            s.code0, s.last_hidden = code, h
-            if code == eos:
-                self._finish(s)
+            if go:
+                s.cache_len, s.next_position = s.cache_len + 1, s.next_position + 1
+            else:
+                self._finish(s)  # stream order keeps this frame's writes before a new owner's prefill
+        self._pending = _Pending([s for s, go in zip(states, going) if go], [i for i, go in enumerate(going) if go],
+                                 codes, copied)
+        self._draw_ahead(self._pending.states)  # while the GPU runs the frame
         return frames
+
+    @property
+    def has_pending(self) -> bool:
+        return self._pending is not None
+
+    def settle(self) -> None:
+        """Read the last launched frame's new codes (waits for that frame): the codec EOS finishes its row."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        if pending.copied is not None:
+            pending.copied.synchronize()
+        codes = pending.codes.tolist()
+        eos = self.model.cfg.tokens.codec_eos
+        for s, i in zip(pending.states, pending.rows):
+            if s.finished:  # released meanwhile (client cancel)
+                continue
+            s.code0 = codes[i]
+            if s.code0 == eos:
+                self._finish(s)
 
     def capture_graphs(self) -> None:
         """Capture every frame graph now (the service does this at start, before it reports ready)."""
@@ -211,6 +253,10 @@ class TalkerRunner:
         if self.record_margins:
             for s, gap in zip(states, top2_margin(logits).tolist()):
                 s.margins.append(gap)
+        if self.frames is not None:  # the fast frames read these from the slot tables
+            slots = torch.tensor([s.slot for s in states], device=dev)
+            self.tables.code0.index_copy_(0, slots, codes)
+            self.tables.hidden.index_copy_(0, slots, hidden.to(self.tables.hidden.dtype))
         for s, h, code in zip(states, hidden, codes.tolist()):
             s.code0, s.last_hidden = code, h
             s.seen[code] = True

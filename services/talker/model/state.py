@@ -29,7 +29,9 @@ class TalkerState:
     cache_len: int = 0
     next_position: float = 0.0
     code0: int = -1  # codebook-0 code of the next frame, sampled by the last talker forward
-    last_hidden: torch.Tensor | None = None  # (hidden,) final-normed talker state that produced `code0`
+    # (hidden,) final-normed talker state that produced `code0`; the reference loop reads it, the fast frames
+    # keep it in the runner's slot tables instead (so it is only set by the prefill there)
+    last_hidden: torch.Tensor | None = None
     seen: torch.Tensor | None = None  # (talker vocab,) bool: codes generated so far (repetition penalty)
     next_noise: torch.Tensor | None = None  # next frame's uniforms, drawn ahead while the GPU ran this one
     text: deque[int] = field(default_factory=deque)

@@ -107,3 +107,31 @@ def test_fast_step_refuses_a_full_slot(model: TalkerModel) -> None:
     with pytest.raises(RuntimeError, match="KVPool capacity 18 < 19"):
         for _ in range(5):
             runner.step([state])
+
+
+def test_codec_eos_ends_rows_alike_when_the_codes_are_read_late(model: TalkerModel) -> None:
+    """From the fifth frame on only the codec EOS may be picked: every row ends on it. The fast runner, stepped
+    with `defer` and settled before each next step (as the engine drives it), emits the same frames."""
+    eos = model.cfg.tokens.codec_eos
+    results = []
+    for fast in (False, True):
+        runner = TalkerRunner(model, 4, 60, fast=fast)
+        samplings = [TalkerSampling(seed=1), GREEDY, TalkerSampling(seed=3, top_k=5)]
+        states = [runner.start(prompt(i), 20 + i, smp, max_frames=40) for i, smp in enumerate(samplings)]
+        for s in states:
+            s.push_text(100)
+            s.finish_text()
+        frames: list[list[list[int]]] = [[] for _ in states]
+        step = 0
+        while active := [i for i, s in enumerate(states) if not s.finished]:
+            if step == 4:
+                runner.suppress.fill_(True)
+                runner.suppress[eos] = False
+            for i, row in zip(active, runner.step([states[i] for i in active], defer=fast)):
+                frames[i].append(row.tolist())
+            runner.settle()
+            step += 1
+        assert all(s.code0 == eos and s.slot == -1 for s in states)
+        results.append(frames)
+    assert results[0] == results[1]
+    assert [len(f) for f in results[1]] == [5, 5, 5]  # frame 5 carries the code 0 picked before the switch

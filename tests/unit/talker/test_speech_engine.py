@@ -32,9 +32,12 @@ def model() -> TalkerModel:
     return tiny_talker()
 
 
-@pytest.fixture
-def engine(model: TalkerModel) -> Iterator[SpeechEngine]:
-    eng = SpeechEngine(TalkerRunner(model, SPEECH.max_rows, 16 + 10 + FRAMES), SPEECH, EOS, Metrics("talker", "t"))
+@pytest.fixture(params=[False, True], ids=["reference-step", "fast-deferred-step"])
+def engine(model: TalkerModel, request: pytest.FixtureRequest) -> Iterator[SpeechEngine]:
+    """Both runner paths: the reference loop, and the fast frame (its graph buffers run eagerly on CPU) whose
+    codes the engine reads one iteration later."""
+    runner = TalkerRunner(model, SPEECH.max_rows, 16 + 10 + FRAMES, fast=request.param)
+    eng = SpeechEngine(runner, SPEECH, EOS, Metrics("talker", "t"))
     yield eng
     eng.close()
 
@@ -134,7 +137,7 @@ def test_a_prompt_the_prefill_refuses_fails_only_its_request(engine: SpeechEngin
 
 
 def test_a_dead_engine_fails_every_stream(engine: SpeechEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(states: object) -> torch.Tensor:
+    def broken(states: object, defer: bool = False) -> torch.Tensor:
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(engine.runner, "step", broken)
