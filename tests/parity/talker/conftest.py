@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 import pytest
 
 from services.talker.model.load import TalkerModel, load_talker_model
