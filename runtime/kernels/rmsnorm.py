@@ -5,13 +5,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from runtime.kernels._backend import use_triton
+from runtime.kernels._backend import next_power_of_2, use_triton
 from runtime.kernels.rmsnorm_reference import (
     QK, NormResult, RoutedNorm, add_rmsnorm_reference, qk_norm_rope_cache_reference, qk_norm_rope_reference,
 )
 
 __all__ = ["QK", "NormResult", "RoutedNorm", "fused_add_rmsnorm", "fused_add_rmsnorm_router", "qk_norm_rope",
-           "qk_norm_rope_cache"]
+           "qk_norm_rope_cache", "rope_kernel_fits"]
 
 # Up to this many rows the router logits are computed inside the norm kernel (CUDA-core dot products, one launch
 # fewer); past it the norm and a cuBLAS router GEMM, which wins once the logits are real GEMM work.
@@ -47,7 +47,8 @@ def qk_norm_rope(
     cos: torch.Tensor, sin: torch.Tensor, eps: float = 1e-6,
 ) -> QK:
     """Per-head RMSNorm of q [T, Hq, D] and k [T, Hkv, D] then rotary with per-token cos/sin [T, D]."""
-    if use_triton(q, k, q_weight, k_weight) and q.stride(-1) == 1 and k.stride(-1) == 1 and cos.is_cuda:
+    if (use_triton(q, k, q_weight, k_weight) and q.stride(-1) == 1 and k.stride(-1) == 1 and cos.is_cuda
+            and rope_kernel_fits(q.shape[-1])):
         from runtime.kernels.rmsnorm_triton import qk_norm_rope_triton  # imports triton
 
         return qk_norm_rope_triton(q, k, q_weight, k_weight, cos, sin, eps)
@@ -61,8 +62,15 @@ def qk_norm_rope_cache(
     """`qk_norm_rope`, with k and v ([T, Hkv, D]) stored at their flat slots of kv_cache [2, NB, BS, Hkv, D] instead
     of returned (the attention then reads them from the cache); returns q [T, Hq, D]."""
     if (use_triton(q, k, v, q_weight, k_weight, kv_cache) and cos.is_cuda and slot_mapping.is_cuda
-            and kv_cache.is_contiguous() and all(t.stride(-1) == 1 for t in (q, k, v))):
+            and kv_cache.is_contiguous() and all(t.stride(-1) == 1 for t in (q, k, v))
+            and rope_kernel_fits(q.shape[-1])):
         from runtime.kernels.rmsnorm_triton import qk_norm_rope_cache_triton  # imports triton
 
         return qk_norm_rope_cache_triton(q, k, v, q_weight, k_weight, cos, sin, kv_cache, slot_mapping, eps)
     return qk_norm_rope_cache_reference(q, k, v, q_weight, k_weight, cos, sin, kv_cache, slot_mapping, eps)
+
+
+def rope_kernel_fits(head_dim: int) -> bool:
+    """The fused q/k norm + rope kernel works on half-heads whose width is a power of two; others take the reference."""
+    half = head_dim // 2
+    return head_dim % 2 == 0 and half == next_power_of_2(half)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from runtime.attention import allocate_kv_cache, write_kv
 from runtime.kernels import (
-    fused_add_rmsnorm, fused_moe, paged_attention, paged_decode_attention, qk_norm_rope, qk_norm_rope_reference,
+    fused_add_rmsnorm, fused_moe, paged_attention, paged_decode_attention, qk_norm_rope,
 )
 from runtime.kernels.activation import silu_mul
 from services.talker.model.fused import AttentionWeights, predictor_weights, talker_weights
@@ -211,10 +211,7 @@ def _qkv(
     q = qkv[:, :q_width].view(tokens, a.num_heads, a.head_dim)
     k = qkv[:, q_width:q_width + kv_width].view(tokens, a.num_kv_heads, a.head_dim)
     v = qkv[:, q_width + kv_width:].view(tokens, a.num_kv_heads, a.head_dim)
-    half = a.head_dim // 2
-    # the fused kernel works on power-of-two half-heads (the released talker's 128); others take the reference
-    rope = qk_norm_rope if half & (half - 1) == 0 else qk_norm_rope_reference
-    q, k = rope(q, k, a.q_norm, a.k_norm, cos, sin, a.eps)
+    q, k = qk_norm_rope(q, k, a.q_norm, a.k_norm, cos, sin, a.eps)
     return q, k, v
 
 

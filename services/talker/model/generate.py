@@ -228,17 +228,21 @@ class TalkerRunner:
                 rows.append(s.next_noise)
                 s.next_noise = None
             else:
-                rows.append(torch.rand(v_talker + groups * v_pred, generator=s.generator, device=dev))
+                rows.append(self._draw(s))
         noise = torch.stack(rows)
         return noise[:, :v_talker], noise[:, v_talker:].view(len(states), groups, v_pred)
 
     def _draw_ahead(self, states: Sequence[TalkerState]) -> None:
         """Draw each sampling row's next-frame uniforms now; its generator yields the same stream either way."""
-        cfg = self.model.cfg
-        width = cfg.lm.vocab_size + (cfg.num_code_groups - 1) * cfg.code_predictor.vocab_size
         for s in states:
             if s.generator is not None and s.next_noise is None:
-                s.next_noise = torch.rand(width, generator=s.generator, device=self.model.device)
+                s.next_noise = self._draw(s)
+
+    def _draw(self, state: TalkerState) -> torch.Tensor:
+        """One frame's uniforms from the row's own generator: the talker's vocabulary, then each codebook's."""
+        cfg = self.model.cfg
+        width = cfg.lm.vocab_size + (cfg.num_code_groups - 1) * cfg.code_predictor.vocab_size
+        return torch.rand(width, generator=state.generator, device=self.model.device)
 
     def _advance(self, states: Sequence[TalkerState], hidden: torch.Tensor, noise: torch.Tensor) -> None:
         """Choose each row's next codebook-0 code from the talker's hidden `(B, hidden)`; EOS finishes a row."""

@@ -14,7 +14,7 @@ from torch import nn
 from runtime.attention import AttentionContext, paged_attention
 from runtime.kernels.rmsnorm import qk_norm_rope, qk_norm_rope_cache
 from services.thinker.model.config import ThinkerConfig
-from services.thinker.model.kernel_path import kernel_attention, kernel_attention_cached, rope_kernel_fits
+from services.thinker.model.kernel_path import kernel_attention, kernel_attention_cached
 from runtime.layers.rms_norm import RMSNorm
 from services.thinker.model.rope import apply_rope
 
@@ -83,15 +83,12 @@ class ThinkerAttention(nn.Module):
         q = qkv[:, :q_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, Hq, D], strided view
         k = qkv[:, q_width:q_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         v = qkv[:, q_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
-        if rope_kernel_fits(self.head_dim) and self.backend is kernel_attention:
+        if self.backend is kernel_attention:
             # one launch normalises and rotates q/k and stores k/v at their slots (no separate cache write)
             q = qk_norm_rope_cache(q, k, v, self.q_norm.weight, self.k_norm.weight, cos, sin, kv_cache,
                                    ctx.slot_mapping, self.q_norm.eps)
             out = kernel_attention_cached(q, kv_cache, ctx, self.scale)  # [T, Hq, D]
         else:
-            if rope_kernel_fits(self.head_dim):
-                q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
-            else:
-                q, k = apply_rope(self.q_norm(q), cos, sin), apply_rope(self.k_norm(k), cos, sin)
+            q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
             out = self.backend(q, k, v, kv_cache, ctx, self.scale)  # [T, Hq, D]
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))  # [T, Hq * D] -> [T, H]

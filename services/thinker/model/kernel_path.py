@@ -5,18 +5,12 @@ import torch
 
 from runtime.attention import AttentionContext, write_kv
 from runtime.kernels import paged_attention as kernel_paged_attention
-from runtime.kernels._backend import TRITON_DTYPES, next_power_of_2, triton_importable
+from runtime.kernels._backend import TRITON_DTYPES, triton_importable
 
 
 def kernels_available(device: torch.device | str, dtype: torch.dtype) -> bool:
     """CUDA in bf16/fp16 with Triton importable; CPU and fp32 keep the exact reference path."""
     return torch.device(device).type == "cuda" and dtype in TRITON_DTYPES and triton_importable()
-
-
-def rope_kernel_fits(head_dim: int) -> bool:
-    """The fused q/k norm + rope kernel works on half-heads whose width is a power of two."""
-    half = head_dim // 2
-    return head_dim % 2 == 0 and half == next_power_of_2(half)
 
 
 def kernel_attention(

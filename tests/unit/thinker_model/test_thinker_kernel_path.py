@@ -7,7 +7,8 @@ import torch
 
 from runtime.attention import allocate_kv_cache, build_attention_context, paged_attention
 from services.thinker.model import DeepstackInput, ThinkerConfig, ThinkerLM
-from services.thinker.model.kernel_path import kernel_attention, kernels_available, rope_kernel_fits
+from runtime.kernels.rmsnorm import rope_kernel_fits
+from services.thinker.model.kernel_path import kernel_attention, kernels_available
 from tests.unit.thinker_model.thinker_tiny_config import tiny_config
 
 
