@@ -11,6 +11,7 @@ from omnimesh.v1 import audio_pb2_grpc, common_pb2
 from runtime.build_info import build_string
 from runtime.config import MeshConfig
 from runtime.server import StageServer
+from runtime.stage_device import stage_device
 from services.audio.features import LogMelExtractor, MelConfig
 from services.audio.model import AudioEncoder
 from services.audio.service import AudioService
@@ -22,7 +23,7 @@ SERVICE_NAME = "omnimesh.v1.Audio"
 
 def build_audio_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> AudioService:
     stage = mesh.audio
-    device = torch.device(stage.device)
+    device = stage_device(stage.device)
     # CUDA graphs: short requests would otherwise wait on Python launching ~400 kernels one by one
     encoder = AudioEncoder.load(model_dir, device=device, dtype=getattr(torch, stage.dtype),
                                 cuda_graphs=device.type == "cuda")

@@ -11,6 +11,7 @@ from omnimesh.v1 import common_pb2, talker_pb2_grpc
 from runtime.build_info import build_string
 from runtime.config import MeshConfig
 from runtime.server import StageServer
+from runtime.stage_device import stage_device
 from runtime.tokenizer import Tokenizer
 from services.talker.engine import SpeechEngine
 from services.talker.model.generate import TalkerRunner
@@ -30,7 +31,7 @@ SERVICE_NAME = "omnimesh.v1.Talker"
 def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> tuple[TalkerService, TalkerModel]:
     stage = mesh.talker
     speech = stage.speech
-    device = torch.device(stage.device)
+    device = stage_device(stage.device)
     model = load_talker_model(model_dir, device=device, dtype=getattr(torch, stage.dtype))
     # a slot holds the user turns, the assistant preamble and one position per frame (the last one unused)
     capacity = speech.max_prompt_tokens + ASSISTANT_PREAMBLE + speech.max_frames + 1

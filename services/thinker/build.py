@@ -17,6 +17,7 @@ from runtime.engine.engine import Engine, ModelRunner
 from runtime.engine.scheduler import Scheduler, SchedulerLimits
 from runtime.engine.step_metrics import bind_engine_metrics
 from runtime.server import StageServer
+from runtime.stage_device import stage_device
 from runtime.tokenizer import Tokenizer
 from services.thinker.graphs import GraphSettings
 from services.thinker.model import ThinkerLM
@@ -54,7 +55,7 @@ def build_engine(model: ThinkerLM, eng: EngineConfig, device: torch.device, dtyp
 def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> tuple[ThinkerService, ThinkerLM]:
     stage = mesh.thinker
     eng = stage.engine
-    device = torch.device(stage.device)
+    device = stage_device(stage.device)
     dtype = getattr(torch, stage.dtype)
     model = ThinkerLM.load(model_dir, device=device, dtype=dtype)
     parts = build_engine(model, eng, device, dtype)

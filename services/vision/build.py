@@ -11,6 +11,7 @@ from omnimesh.v1 import common_pb2, vision_pb2_grpc
 from runtime.build_info import build_string
 from runtime.config import MeshConfig
 from runtime.server import StageServer
+from runtime.stage_device import stage_device
 from services.vision.encoder import VisionEncoder
 from services.vision.service import VisionService
 from services.vision.servicer import VisionServicer
@@ -31,7 +32,7 @@ def stage_info(service: VisionService, mesh: MeshConfig, replica: str) -> common
 
 async def build_vision(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
     stage = mesh.vision
-    encoder = VisionEncoder.load(model_dir, torch.device(stage.device), getattr(torch, stage.dtype))
+    encoder = VisionEncoder.load(model_dir, stage_device(stage.device), getattr(torch, stage.dtype))
     service = VisionService(encoder, server.metrics, stage.encoder)
     log.info("vision: tower of %d blocks on %s %s (%s attention), %d patches per forward, %d per request",
              encoder.tower.cfg.depth, encoder.tower.device, stage.dtype, encoder.tower.attention_backend,
