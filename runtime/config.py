@@ -116,6 +116,9 @@ class SpeechConfig:
     max_waiting: int = 256  # requests queued for a row; past it new ones get RESOURCE_EXHAUSTED
     max_frames: int = 4095  # codec frames per answer (~5.5 min); the reference's 4,096 talker tokens less the EOS
     max_prompt_tokens: int = 8192  # user-turn tokens of one talker prompt; a KV slot holds these + 10 + max_frames
+    # rows starting together share one prefill, right-padded to the longest: at most this many padded tokens (a
+    # longer prompt still starts, alone)
+    max_prefill_tokens: int = 4096
     first_chunk_frames: int = 4  # frames in the first audio chunk: 320 ms of sound, a low time to first audio
     chunk_frames: int = 25  # frames in each later chunk (2 s): fewer, larger Code2Wav calls
     left_context_frames: int = 11  # frames the conv stack re-runs before a chunk; 11 covers its receptive field: exact
@@ -129,8 +132,8 @@ class SpeechConfig:
     predictor_top_p: float = 0.8
 
     def __post_init__(self) -> None:
-        for name in ("max_rows", "max_frames", "max_prompt_tokens", "first_chunk_frames", "chunk_frames",
-                     "left_context_frames"):
+        for name in ("max_rows", "max_frames", "max_prompt_tokens", "max_prefill_tokens", "first_chunk_frames",
+                     "chunk_frames", "left_context_frames"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "use a value >= 1")
         _check(self.max_waiting >= 0, "max_waiting", self.max_waiting, "use a value >= 0 (0: no queue)")
         _check(self.temperature >= 0, "temperature", self.temperature, "use a value >= 0 (0 is greedy)")

@@ -1,8 +1,8 @@
 """The talker engine: continuous batching of talker steps across requests on its own thread, audio out in chunks.
 
-Each iteration: start rows whose first thinker token arrived (one prefill each), step every ready row together
-(the code predictor batched inside the step), decode every stream with a chunk ready in batched Code2Wav calls,
-and finish rows whose audio is all out. Requests join and leave between iterations; a row waiting for its next
+Each iteration: start rows whose first thinker token arrived (one padded prefill for all of them), step every
+ready row together (the code predictor batched inside the step), decode every stream with a chunk ready in batched
+Code2Wav calls, and finish rows whose audio is all out. Requests join and leave between iterations; a row waiting for its next
 thinker token sits out the step without holding anyone up.
 """
 from __future__ import annotations
@@ -23,7 +23,9 @@ from runtime.metrics import Metrics
 from services.talker.handle import SpeechHandle
 from services.talker.job import Sink, SpeechJob
 from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
-from services.talker.model.generate import TalkerRunner
+from services.talker.model.generate import RowStart, TalkerRunner
+from services.talker.model.prompt import ASSISTANT_PREAMBLE
+from services.talker.prefill_batch import prefill_batch
 from services.talker.request import SpeakInput
 
 log = logging.getLogger(__name__)
@@ -163,29 +165,37 @@ class SpeechEngine:
         return started or stepped or decoded
 
     def _start_rows(self) -> bool:
-        started = False
-        for job in list(self._pending.values()):
-            if not self.runner.kv.free_slots:
-                break
-            if not job.can_start:
-                continue
+        """One prefill for the requests that can start now (first come first served, within `max_prefill_tokens`)."""
+        jobs = self._startable()
+        if not jobs:
+            return False
+        for job in jobs:
             del self._pending[job.job_id]
-            t0 = time.perf_counter()
-            inp = job.inp
-            try:
-                state = self.runner.start(inp.prompt, job.first_token, inp.sampling, inp.max_frames, inp.request_id,
-                                          self.thinker_eos)
-            except OmniError as err:  # a prompt the checks let through but the prefill refuses: this request only
-                self._send(job, err)
+        t0 = time.perf_counter()
+        results = self.runner.start_many([
+            RowStart(job.inp.prompt, job.first_token, job.inp.sampling, job.inp.max_frames, job.inp.request_id,
+                     self.thinker_eos)
+            for job in jobs
+        ])  # fmt: skip
+        elapsed = time.perf_counter() - t0
+        for job, result in zip(jobs, results):
+            if isinstance(result, OmniError):  # a prompt the checks let through but the prefill refuses
+                self._send(job, result)
                 continue
-            job.started(state)
-            job.prefill_seconds = time.perf_counter() - t0
-            job.compute_seconds += job.prefill_seconds
+            job.started(result)
+            job.prefill_seconds = elapsed
+            job.compute_seconds += elapsed
             self._running[job.job_id] = job
             if self._metrics is not None:
                 self._metrics.get("omnimesh_queue_time_seconds").observe(job.queue_seconds)
-            started = True
-        return started
+        return True
+
+    def _startable(self) -> list[SpeechJob]:
+        waiting = list(self._pending.values())
+        # the prompt's ids bound its talker prefill (user turns only) plus the assistant preamble
+        lengths = [len(j.inp.prompt.prompt_ids) + ASSISTANT_PREAMBLE if j.can_start else None for j in waiting]
+        taken = prefill_batch(lengths, len(self.runner.kv.free_slots), self.speech.max_prefill_tokens)
+        return [waiting[i] for i in taken]
 
     def _step_rows(self) -> bool:
         settled = self.runner.has_pending

@@ -6,15 +6,29 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
+from runtime.errors import OmniError
 from services.talker.model.frame_graphs import FrameGraphs, batch_buckets
 from services.talker.model.frame_step import FrameInputs, FrameStep, SlotTables, frame_mode, knob_row
 from services.talker.model.load import TalkerModel
-from services.talker.model.prompt import SpeechPrompt, build_prefill, trailing_text
+from services.talker.model.prompt import Prefill, SpeechPrompt, build_prefill, trailing_text
 from services.talker.model.sampling import GREEDY, TalkerSampling, draw, penalize, top2_margin, warp
 from services.talker.model.state import TalkerState
 
-__all__ = ["SpeechResult", "TalkerRunner", "TalkerState", "lockstep_generate"]
+__all__ = ["RowStart", "SpeechResult", "TalkerRunner", "TalkerState", "lockstep_generate"]
+
+
+@dataclass(frozen=True)
+class RowStart:
+    """What `TalkerRunner.start_many` needs to start one request's row."""
+
+    prompt: SpeechPrompt
+    first_token: int | None  # the thinker's first generated id; None when it wrote nothing
+    sampling: TalkerSampling = GREEDY
+    max_frames: int = 4095
+    request_id: str = ""
+    thinker_eos: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -70,29 +84,69 @@ class TalkerRunner:
         thinker_eos: frozenset[int] | None = None,
     ) -> TalkerState:
         """Prefill one request from its prompt and the thinker's first token (None: the thinker wrote nothing)."""
+        (result,) = self.start_many([RowStart(prompt, first_token, sampling, max_frames, request_id, thinker_eos)])
+        if isinstance(result, OmniError):
+            raise result
+        return result
+
+    @torch.no_grad()
+    def start_many(self, requests: Sequence[RowStart]) -> list[TalkerState | OmniError]:
+        """Prefill several requests in one padded forward: each gets its state, or the error its prompt raised.
+
+        One forward instead of one per request: the prefill is launch-bound at these lengths, so rows that start
+        together (a burst of arrivals) cost about what one does. Each row draws from its own generator as alone.
+        """
+        results: list[TalkerState | OmniError] = []
+        rows: list[tuple[TalkerState, Prefill]] = []
+        for req in requests:
+            try:
+                state, prefill = self._new_row(req)
+            except OmniError as err:  # this request's prompt only; the others still start
+                results.append(err)
+                continue
+            results.append(state)
+            rows.append((state, prefill))
+        if rows:
+            self._prefill([state for state, _ in rows], [prefill for _, prefill in rows])
+        return results
+
+    def _new_row(self, req: RowStart) -> tuple[TalkerState, Prefill]:
+        """The row's state and prompt, its slot taken (only once the prompt is known to be valid)."""
         model, tok = self.model, self.model.cfg.tokens
         generator = None
-        if sampling.do_sample:
+        if req.sampling.do_sample:
             generator = torch.Generator(device=model.device)
-            generator.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
+            generator.manual_seed(req.sampling.seed if req.sampling.seed is not None else secrets.randbits(63))
         state = TalkerState(
-            request_id, sampling, max_frames, thinker_eos or frozenset({model.cfg.thinker_eos}), tok.tts_eos,
-            tok.tts_pad, generator,
+            req.request_id, req.sampling, req.max_frames, req.thinker_eos or frozenset({model.cfg.thinker_eos}),
+            tok.tts_eos, tok.tts_pad, generator,
         )  # fmt: skip
-        first = tok.tts_eos if first_token is None or first_token in state.thinker_eos else first_token
+        first = tok.tts_eos if req.first_token is None or req.first_token in state.thinker_eos else req.first_token
         if first == tok.tts_eos:
             state.text_done = True  # the prefill carries the end marker itself; then only pads follow
-        prefill = build_prefill(model, prompt, first)
+        prefill = build_prefill(model, req.prompt, first)
         state.text.extend(prefill.pending_text)
         state.slot = self.kv.allocate()
         state.seen = self.seen[state.slot]
         state.seen.zero_()
-        length = prefill.embeds.shape[0]
-        slots = torch.tensor([state.slot], device=model.device)
-        hidden = model.lm(prefill.embeds[None], prefill.positions[:, None], self.kv, slots, slots * 0)[:, -1]
-        state.cache_len, state.next_position = length, prefill.next_position
-        self._advance([state], hidden, self._noise([state])[0])
-        return state
+        return state, prefill
+
+    def _prefill(self, states: list[TalkerState], prefills: list[Prefill]) -> None:
+        """Run the prompts right-padded to the longest and choose each row's first code from its last position.
+
+        A padding position only writes K/V past its row's prompt, which the row's own frames overwrite (position
+        by position) before any query can reach them, and real queries never see keys past their own position.
+        """
+        dev = self.model.device
+        lengths = [p.embeds.shape[0] for p in prefills]
+        x = pad_sequence([p.embeds for p in prefills], batch_first=True)  # (B, L, hidden)
+        positions = pad_sequence([p.positions.T for p in prefills], batch_first=True).permute(2, 0, 1)  # (3, B, L)
+        slots = torch.tensor([s.slot for s in states], device=dev)
+        hidden = self.model.lm(x, positions, self.kv, slots, slots * 0)  # (B, L, hidden)
+        last = hidden[torch.arange(len(states), device=dev), torch.tensor(lengths, device=dev) - 1]
+        for state, prefill, length in zip(states, prefills, lengths):
+            state.cache_len, state.next_position = length, prefill.next_position
+        self._advance(states, last, self._noise(states)[0])
 
     @torch.no_grad()
     def step(self, states: Sequence[TalkerState], defer: bool = False) -> torch.Tensor:

@@ -5,12 +5,14 @@ import pytest
 import torch
 
 from runtime.checkpoint import token_ids as T
-from services.talker.model.generate import TalkerRunner, lockstep_generate
+from runtime.errors import InvalidArgument
+from services.talker.model.generate import RowStart, TalkerRunner, TalkerState, lockstep_generate
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt
-from services.talker.model.sampling import TalkerSampling
+from services.talker.model.sampling import GREEDY, TalkerSampling
 from tests.unit.talker.talker_tiny import tiny_talker
 
+EOS = frozenset({T.IM_END})
 PROMPT = SpeechPrompt([T.IM_START, T.USER, T.NEWLINE, 5, 6, T.IM_END, T.NEWLINE, T.IM_START, T.ASSISTANT, T.NEWLINE])
 
 
@@ -61,3 +63,37 @@ def test_sampled_codes_stay_in_the_codebook(model: TalkerModel) -> None:
 def test_unseeded_requests_get_their_own_streams(model: TalkerModel) -> None:
     a, b = lockstep_generate(model, [PROMPT, PROMPT], [iter(range(20, 40))] * 2, [TalkerSampling()] * 2, max_frames=6)
     assert not torch.equal(a.codes, b.codes)
+
+
+LONG = SpeechPrompt([T.IM_START, T.USER, T.NEWLINE, *range(5, 17), T.IM_END, T.NEWLINE, T.IM_START, T.ASSISTANT,
+                     T.NEWLINE], "aiden")
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["reference-step", "fast-step"])
+def test_rows_started_in_one_prefill_speak_as_if_started_alone(model: TalkerModel, fast: bool) -> None:
+    """Different prompt lengths (right padding), voices and a seeded sampler: codes equal one row per prefill."""
+    prompts, texts = [PROMPT, LONG], [list(range(20, 28)), [30, 31, T.IM_END]]
+    samplings = [TalkerSampling(seed=5), GREEDY]
+    runner = TalkerRunner(model, max_rows=2, max_len=64, fast=fast)
+    states = runner.start_many([RowStart(p, t[0], s, max_frames=6, thinker_eos=EOS)
+                                for p, t, s in zip(prompts, texts, samplings)])
+    assert [s.cache_len for s in states] == [7 + 9, 17 + 9]  # each row's own length, not the padded one
+    frames: list[list[torch.Tensor]] = [[], []]
+    for state, text in zip(states, texts):
+        for t in text[1:]:
+            state.push_text(t)
+        state.finish_text()
+    while live := [i for i, s in enumerate(states) if not s.finished]:
+        for i, row in zip(live, runner.step([states[i] for i in live])):
+            frames[i].append(row)
+    for prompt, text, sampling, got in zip(prompts, texts, samplings, frames):
+        (alone,) = lockstep_generate(model, [prompt], [iter(text)], [sampling], max_frames=6, thinker_eos=EOS)
+        assert torch.equal(torch.stack(got, dim=1), alone.codes)
+
+
+def test_a_refused_prompt_fails_alone_and_takes_no_slot(model: TalkerModel) -> None:
+    runner = TalkerRunner(model, max_rows=2, max_len=64)
+    bad = SpeechPrompt(PROMPT.prompt_ids[:-3])  # no assistant header
+    refused, started = runner.start_many([RowStart(bad, 11), RowStart(PROMPT, 11)])
+    assert isinstance(refused, InvalidArgument) and "assistant" in str(refused)
+    assert isinstance(started, TalkerState) and started.cache_len == 7 + 9 and len(runner.kv.free_slots) == 1
