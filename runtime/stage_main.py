@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -67,6 +68,9 @@ async def _serve(stage: str, replica: str, mesh: MeshConfig, server_cfg: ServerC
     server = StageServer(stage, replica, server_cfg, metrics)
     model_dir = resolve_model(mesh.model)
     cleanup = await builder(mesh, model_dir, server)
+    # the loaded model's and loaders' objects live as long as the process: moved out of the collector's reach, a
+    # full collection no longer walks them (a pause on the engine thread, mid-request)
+    gc.freeze()
     try:
         ports = await server.start()
         announce_ready(ports)

@@ -70,7 +70,11 @@ class SpeechEngine:
         self._running: dict[int, SpeechJob] = {}  # holding a row, or flushing its last audio
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="talker-engine", daemon=True)
+        self._warmed = threading.Event()
         self._thread.start()
+        self._warmed.wait()
+        if self._failure is not None:
+            raise RuntimeError("the talker engine failed its warm-up") from self._failure
 
     @property
     def failure(self) -> BaseException | None:
@@ -111,6 +115,15 @@ class SpeechEngine:
     # --- the engine thread -------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        try:
+            # on this thread, so its per-thread library state (and whatever else first calls pay) is set up before a
+            # request waits on it
+            self.runner.warm_up()
+        except BaseException as e:
+            self._failure = e  # __init__ raises it
+            return
+        finally:
+            self._warmed.set()
         try:
             while self._drain_commands(block=not self._has_work()):
                 t0 = time.perf_counter()

@@ -169,3 +169,13 @@ def test_first_audio_timeline_is_logged_at_debug(engine: SpeechEngine, caplog: p
     assert len(lines) == 1
     assert lines[0].startswith("speech r: first thinker token +") and "prefill" in lines[0]
     assert "after 3 frames" in lines[0]  # the first chunk holds first_chunk_frames
+
+
+def test_a_failed_warm_up_fails_the_engine_at_start(model: TalkerModel) -> None:
+    class BrokenRunner(TalkerRunner):
+        def warm_up(self) -> None:
+            raise RuntimeError("no device")
+
+    with pytest.raises(RuntimeError, match="warm-up") as caught:
+        SpeechEngine(BrokenRunner(model, 1, 40), SPEECH, EOS)
+    assert "no device" in str(caught.value.__cause__)

@@ -97,3 +97,16 @@ def test_a_refused_prompt_fails_alone_and_takes_no_slot(model: TalkerModel) -> N
     refused, started = runner.start_many([RowStart(bad, 11), RowStart(PROMPT, 11)])
     assert isinstance(refused, InvalidArgument) and "assistant" in str(refused)
     assert isinstance(started, TalkerState) and started.cache_len == 7 + 9 and len(runner.kv.free_slots) == 1
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["reference-step", "fast-step"])
+def test_warm_up_leaves_every_slot_free_and_changes_no_output(model: TalkerModel, fast: bool) -> None:
+    runner = TalkerRunner(model, max_rows=3, max_len=64, fast=fast)
+    runner.warm_up()
+    assert sorted(runner.kv.free_slots) == [0, 1, 2] and not runner.has_pending
+    state = runner.start(PROMPT, 20, TalkerSampling(seed=4), max_frames=5)
+    for t in range(21, 30):
+        state.push_text(t)
+    got = [runner.step([state]) for _ in range(5)]
+    (fresh,) = lockstep_generate(model, [PROMPT], [iter(range(20, 30))], [TalkerSampling(seed=4)], max_frames=5)
+    assert torch.equal(torch.cat(got).T, fresh.codes)
