@@ -38,7 +38,8 @@ def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer)
     # the fused frame step needs the Triton kernels (CUDA, half precision); elsewhere the reference loop runs
     fast = speech.cuda_graphs and device.type == "cuda" and model.dtype in (torch.bfloat16, torch.float16)
     model.lm.use_grouped_mm(fast)  # prefills stay eager: grouped GEMMs instead of a loop over experts
-    runner = TalkerRunner(model, speech.max_rows, capacity, fast=fast, cuda_graphs=fast)
+    runner = TalkerRunner(model, speech.max_rows, capacity, fast=fast, cuda_graphs=fast,
+                          prefill_tokens=speech.max_prefill_tokens)
     runner.capture_graphs()
     receptive = model.code2wav.conv_receptive_frames()
     if speech.left_context_frames < receptive:

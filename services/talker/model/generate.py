@@ -12,6 +12,7 @@ from runtime.errors import OmniError
 from services.talker.model.frame_graphs import FrameGraphs, batch_buckets
 from services.talker.model.frame_step import FrameInputs, FrameStep, SlotTables, frame_mode, knob_row
 from services.talker.model.load import TalkerModel
+from services.talker.model.prefill_graphs import PrefillGraphs
 from services.talker.model.prompt import Prefill, SpeechPrompt, build_prefill, trailing_text
 from services.talker.model.sampling import GREEDY, TalkerSampling, draw, penalize, top2_margin, warp
 from services.talker.model.state import TalkerState
@@ -50,7 +51,7 @@ class TalkerRunner:
 
     def __init__(
         self, model: TalkerModel, max_rows: int, max_len: int, record_margins: bool = False,
-        fast: bool = False, cuda_graphs: bool = False,
+        fast: bool = False, cuda_graphs: bool = False, prefill_tokens: int = 4096,
     ) -> None:  # fmt: skip
         self.model = model
         self.kv = model.lm.new_kv(max_rows, max_len)
@@ -66,11 +67,13 @@ class TalkerRunner:
         # `fast`: frames run through FrameStep (fused kernels, no host sync), captured per batch bucket when
         # `cuda_graphs`; otherwise `step` is the plain reference loop below.
         self.frames: FrameGraphs | None = None
+        self.prefills: PrefillGraphs | None = None  # `fast`: prefills through static buckets (graphs on CUDA)
         self._pending: _Pending | None = None  # a launched fast frame whose new codes the host has not read yet
         if fast:
             step = FrameStep(model, self.kv, self.tables, self.suppress)
             capture = cuda_graphs and model.device.type == "cuda"
             self.frames = FrameGraphs(step, batch_buckets(max_rows), capture=capture)
+            self.prefills = PrefillGraphs(model.lm, self.kv, batch_buckets(max_rows), prefill_tokens, capture)
             self._codes_host = torch.zeros(max_rows, dtype=torch.long, pin_memory=model.device.type == "cuda")
 
     @torch.no_grad()
@@ -142,7 +145,9 @@ class TalkerRunner:
         x = pad_sequence([p.embeds for p in prefills], batch_first=True)  # (B, L, hidden)
         positions = pad_sequence([p.positions.T for p in prefills], batch_first=True).permute(2, 0, 1)  # (3, B, L)
         slots = torch.tensor([s.slot for s in states], device=dev)
-        hidden = self.model.lm(x, positions, self.kv, slots, slots * 0)  # (B, L, hidden)
+        hidden = self.prefills.run(x, positions, slots) if self.prefills is not None else None
+        if hidden is None:  # no bucket holds it (or the reference path): eager
+            hidden = self.model.lm(x, positions, self.kv, slots, slots * 0)  # (B, L, hidden)
         last = hidden[torch.arange(len(states), device=dev), torch.tensor(lengths, device=dev) - 1]
         for state, prefill, length in zip(states, prefills, lengths):
             state.cache_len, state.next_position = length, prefill.next_position
@@ -277,9 +282,11 @@ class TalkerRunner:
                 self._finish(s)
 
     def capture_graphs(self) -> None:
-        """Capture every frame graph now (the service does this at start, before it reports ready)."""
+        """Capture every frame and prefill graph now (the service does this at start, before it reports ready)."""
         if self.frames is not None and self.frames.capture:
             self.frames.capture_all()
+        if self.prefills is not None and self.prefills.capture:
+            self.prefills.capture_all()
 
     def release(self, state: TalkerState) -> None:
         """Free a row's cache slot early (client cancel); finished rows are freed already."""

@@ -56,7 +56,8 @@ class RoutedExperts(nn.Module):
         flat = ids.flatten()  # (N*k,)
         order = flat.argsort(stable=True)
         token = order // top_k
-        counts = torch.bincount(flat, minlength=self.gate_up_proj.shape[0])
+        # scatter_add, not bincount: bincount reads the largest id back to the host (a sync; no graph capture)
+        counts = flat.new_zeros(self.gate_up_proj.shape[0]).scatter_add_(0, flat, torch.ones_like(flat))
         offs = counts.cumsum(0).to(torch.int32)
         gate_up = F.grouped_mm(x[token], self.gate_up_proj.transpose(1, 2), offs=offs)  # (N*k, 2I)
         gate, up = gate_up.chunk(2, dim=-1)

@@ -83,14 +83,17 @@ class TalkerLM(nn.Module):
             layer.mlp.experts.use_grouped_mm = enabled
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, kv: KVPool, slots: torch.Tensor, start: torch.Tensor
+        self, x: torch.Tensor, positions: torch.Tensor, kv: KVPool, slots: torch.Tensor, start: torch.Tensor,
+        length: int | None = None,
     ) -> torch.Tensor:
         """Run `x` `(B, T, dim)` at M-RoPE `positions` `(3, B, T)`, rows cached from `start` in `slots`.
 
-        Returns the final-normed hidden states `(B, T, dim)`; logits are `codec_head` of them.
+        `length` (cached positions attended, `max(start) + T`) is read from `start` unless given: a CUDA graph
+        capture cannot read a device tensor. Returns the final-normed hidden states `(B, T, dim)`; logits are
+        `codec_head` of them.
         """
         steps = x.shape[1]
-        length = int(start.max()) + steps
+        length = int(start.max()) + steps if length is None else length
         kv.check_capacity(length)
         mask = causal_mask(start, steps, length)
         cos_sin = mrope_cos_sin(positions, self.inv_freq, self.freq_axis, x.dtype)
