@@ -3,14 +3,15 @@
     python bench/talker/bench_talker.py --out bench/results/talker_h200.json          # one H200
     python bench/talker/bench_talker.py --tiny --out /tmp/talker_tiny.json              # CPU smoke test (demo dims)
 
-Engine-free numbers of `TalkerRunner.step`: the plain PyTorch reference loop ("eager") and the service's GPU path,
-the fused frame step replayed as CUDA graphs ("graphs"). Codec EOS is suppressed so every row runs every frame.
+Engine-free numbers of `TalkerRunner.step` and `start_many` (the prefill): the plain PyTorch reference loop
+("eager") and the service's GPU path, replayed as CUDA graphs ("graphs"). Codec EOS is suppressed so every row runs every frame.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import platform
+import statistics
 import subprocess
 import time
 from dataclasses import asdict
@@ -26,7 +27,7 @@ from services.talker.model.code2wav import Code2Wav
 from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
 from services.talker.model.code_predictor import CodePredictor
 from services.talker.model.config import TalkerConfig, parse_talker_config
-from services.talker.model.generate import TalkerRunner
+from services.talker.model.generate import RowStart, TalkerRunner, TalkerState
 from services.talker.model.load import TalkerModel, cast_parameters
 from services.talker.model.prompt import SpeechPrompt
 from services.talker.model.sampling import TalkerSampling
@@ -108,6 +109,29 @@ def bench_talker(
             "audio_s_per_s": frames_per_s / FRAMES_PER_SECOND}  # fmt: skip
 
 
+def bench_prefill(model: TalkerModel, batch: int, words: int, reps: int, device: str, fast: bool) -> dict[str, Any]:
+    """ms for `TalkerRunner.start_many` of `batch` prompts together (prefill + first code 0), median of `reps`.
+
+    `fast`: the service's GPU path (the prefill replayed from a graph per (rows, padded length) bucket); else eager.
+    """
+    runner = TalkerRunner(model, batch, 64 + words, fast=fast, cuda_graphs=fast)
+    runner.capture_graphs()
+    starts = [RowStart(prompt(i, words), 500 + i, TalkerSampling(seed=i), max_frames=8) for i in range(batch)]
+    times = []
+    for rep in range(reps + 2):  # the first two pay one-time costs
+        sync(device)
+        t0 = time.perf_counter()
+        states = runner.start_many(starts)
+        sync(device)
+        if rep >= 2:
+            times.append(time.perf_counter() - t0)
+        for s in states:
+            if isinstance(s, TalkerState):
+                runner.release(s)
+    return {"batch": batch, "prompt_words": words, "path": "graphs" if fast else "eager",
+            "ms_median": 1e3 * statistics.median(times), "ms_min": 1e3 * min(times)}  # fmt: skip
+
+
 def bench_code2wav(
     model: TalkerModel, batch: int, chunk: int, context: int, chunks: int, device: str
 ) -> dict[str, float]:
@@ -184,10 +208,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with torch.no_grad():
         warmup = 2 if args.tiny else 10
         talker = [bench_talker(model, b, warmup, steps, device, fast) for b in batches for fast in paths]
+        prefill = [bench_prefill(model, b, 20, 3 if args.tiny else 10, device, fast) for b in batches for fast in paths]
         chunks = 2 if args.tiny else 8
         code2wav = [bench_code2wav(model, b, c, 11, chunks, device) for b in batches for c in (4, 25)]
     result = {**provenance(device, args), "dtype": str(dtype), "dims": asdict(cfg.lm), "talker": talker,
-              "code2wav": code2wav}  # fmt: skip
+              "prefill": prefill, "code2wav": code2wav}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     return result
