@@ -53,7 +53,8 @@ def test_bf16_grouped_moe_equals_the_loop() -> None:
 def test_frame_graphs_replay_the_fast_step(demo_ckpt: Path) -> None:
     """bf16 on the Triton kernels: captured frame graphs give the frames the same static buffers give eagerly.
 
-    A capture also fails on any host sync, so passing proves the frame step is sync-free.
+    The prefills replay their graphs too. A capture also fails on any host sync, so passing proves the frame step
+    and the prefill sync-free.
     """
     from services.talker.model.generate import TalkerRunner
     from services.talker.model.sampling import GREEDY, TalkerSampling
@@ -64,6 +65,7 @@ def test_frame_graphs_replay_the_fast_step(demo_ckpt: Path) -> None:
     for graphs in (False, True):
         runner = TalkerRunner(model, 4, 64, fast=True, cuda_graphs=graphs)
         runner.capture_graphs()
+        assert runner.prefills is not None  # captured (a failed capture falls back to eager prefills)
         states = [runner.start(SpeechPrompt(text_prompt([200 + i, 300]), v), 10 + i, smp, max_frames=6 + 3 * i)
                   for i, (v, smp) in enumerate(zip(("ethan", "chelsie", "aiden"), samplings))]  # fmt: skip
         for s in states:
@@ -78,3 +80,25 @@ def test_frame_graphs_replay_the_fast_step(demo_ckpt: Path) -> None:
             runner.settle()
         results.append(frames)
     assert results[0] == results[1]
+
+
+def test_prefill_graphs_of_several_rows_equal_eager_prefills(demo_ckpt: Path) -> None:
+    """bf16: three prompts of different lengths in one padded prefill graph (bucket of 4 rows) give each row the
+    talker state its own eager prefill gives, within bf16 rounding."""
+    from services.talker.model.generate import RowStart, TalkerRunner
+
+    model = load_talker_model(demo_ckpt, "cuda", torch.bfloat16)
+    starts = [RowStart(SpeechPrompt(text_prompt(list(range(200, 200 + n))), v), 10 + n)
+              for n, v in ((2, "ethan"), (9, "chelsie"), (5, "aiden"))]  # fmt: skip
+    graphs = TalkerRunner(model, 4, 64, fast=True, cuda_graphs=True)
+    graphs.capture_graphs()
+    assert graphs.prefills is not None
+    together = graphs.start_many(starts)
+    eager = TalkerRunner(model, 4, 64)
+    for start, state in zip(starts, together):
+        (alone,) = eager.start_many([start])
+        got = graphs.tables.hidden[state.slot].float()
+        want = alone.last_hidden.float()
+        assert state.cache_len == alone.cache_len
+        assert (got - want).abs().max().item() <= 0.05 * want.abs().max().item()
+        eager.release(alone)
