@@ -37,7 +37,7 @@ def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer)
     capacity = speech.max_prompt_tokens + ASSISTANT_PREAMBLE + speech.max_frames + 1
     # the fused frame step needs the Triton kernels (CUDA, half precision); elsewhere the reference loop runs
     fast = speech.cuda_graphs and device.type == "cuda" and model.dtype in (torch.bfloat16, torch.float16)
-    model.lm.use_grouped_mm(fast)  # prefills stay eager: grouped GEMMs instead of a loop over experts
+    model.lm.use_grouped_mm(fast)  # grouped GEMMs instead of a loop over experts: no host sync, so capturable
     runner = TalkerRunner(model, speech.max_rows, capacity, fast=fast, cuda_graphs=fast,
                           prefill_tokens=speech.max_prefill_tokens)
     runner.capture_graphs()

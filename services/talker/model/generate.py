@@ -1,7 +1,6 @@
 """The plain batched talker loop: prefill, then per step code predictor -> frame -> next talker input -> next code."""
 from __future__ import annotations
 
-import logging
 import secrets
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -17,8 +16,6 @@ from services.talker.model.prefill_graphs import PrefillGraphs
 from services.talker.model.prompt import Prefill, SpeechPrompt, build_prefill, trailing_text
 from services.talker.model.sampling import GREEDY, TalkerSampling, draw, penalize, top2_margin, warp
 from services.talker.model.state import TalkerState
-
-log = logging.getLogger(__name__)
 
 __all__ = ["RowStart", "SpeechResult", "TalkerRunner", "TalkerState", "lockstep_generate"]
 
@@ -289,11 +286,7 @@ class TalkerRunner:
         if self.frames is not None and self.frames.capture:
             self.frames.capture_all()
         if self.prefills is not None and self.prefills.capture:
-            try:
-                self.prefills.capture_all()
-            except RuntimeError as err:  # serve, slower, rather than not at all; the GPU tests require the graphs
-                log.warning("talker: the prefill graphs failed to capture (%s); prefills run eagerly", err)
-                self.prefills = None
+            self.prefills.capture_all()
 
     def release(self, state: TalkerState) -> None:
         """Free a row's cache slot early (client cancel); finished rows are freed already."""

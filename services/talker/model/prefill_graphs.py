@@ -38,6 +38,9 @@ class PrefillGraphs:
     def __init__(self, lm: TalkerLM, kv: KVPool, row_buckets: tuple[int, ...], max_tokens: int,
                  capture: bool) -> None:  # fmt: skip
         self.lm, self.kv, self.capture = lm, kv, capture
+        if capture and not all(layer.mlp.experts.use_grouped_mm for layer in lm.layers):
+            # the loop over experts reads their ids back to the host, which a capture cannot do
+            raise ValueError("talker prefill graphs need the grouped-GEMM MoE: call lm.use_grouped_mm(True) first")
         # every bucket within the prefill token budget whose padded length a slot can hold
         self.buckets = sorted(((rows, length) for rows in row_buckets for length in LENGTH_BUCKETS
                                if rows * length <= max_tokens and length <= kv.capacity),

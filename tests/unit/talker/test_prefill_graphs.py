@@ -77,3 +77,9 @@ def test_a_batch_no_bucket_holds_is_left_to_the_caller(model: TalkerModel) -> No
     graphs = PrefillGraphs(model.lm, model.lm.new_kv(2, 80), batch_buckets(2), max_tokens=32, capture=False)
     x, positions = _prompts(model, [20, 20])  # 2 x 32 > 32 tokens
     assert graphs.run(x, positions, torch.tensor([0, 1])) is None
+
+
+def test_capture_refuses_the_expert_loop_it_cannot_capture(model: TalkerModel) -> None:
+    model.lm.use_grouped_mm(False)
+    with pytest.raises(ValueError, match="use_grouped_mm"):
+        PrefillGraphs(model.lm, model.lm.new_kv(2, 80), batch_buckets(2), max_tokens=256, capture=True)
