@@ -310,7 +310,7 @@ def test_closing_a_stream_early_aborts_and_frees_its_blocks() -> None:
     try:
         asyncio.run(main())
         assert seq.finish_reason is FinishReason.CANCELLED and runner.released == [seq.seq_id]
-        assert aeng._sinks == {} and aeng.failure is None
+        assert aeng._streams == {} and aeng.failure is None
     finally:
         aeng.close()
 
