@@ -4,7 +4,8 @@
     python bench/talker/bench_talker.py --tiny --out /tmp/talker_tiny.json              # CPU smoke test (demo dims)
 
 Engine-free numbers of `TalkerRunner.step` and `start_many` (the prefill): the plain PyTorch reference loop
-("eager") and the service's GPU path, replayed as CUDA graphs ("graphs"). Codec EOS is suppressed so every row runs every frame.
+("eager") and the service's GPU path, replayed as CUDA graphs ("graphs"). Codec EOS is suppressed so every row
+runs every frame.
 """
 from __future__ import annotations
 

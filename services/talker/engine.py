@@ -2,8 +2,8 @@
 
 Each iteration: start rows whose first thinker token arrived (one padded prefill for all of them), step every
 ready row together (the code predictor batched inside the step), decode every stream with a chunk ready in batched
-Code2Wav calls, and finish rows whose audio is all out. Requests join and leave between iterations; a row waiting for its next
-thinker token sits out the step without holding anyone up.
+Code2Wav calls, and finish rows whose audio is all out. Requests join and leave between iterations; a row waiting
+for its next thinker token sits out the step without holding anyone up.
 """
 from __future__ import annotations
 

@@ -240,7 +240,8 @@ class TalkerRunner:
         ]).to(dev)  # fmt: skip
         inputs = FrameInputs(
             text_ids=host_long[0], positions=torch.tensor([s.next_position for s in states]).to(dev),
-            slots=host_long[1], cache_len=host_long[2], knobs=torch.tensor([knob_row(s.sampling) for s in states]).to(dev),
+            slots=host_long[1], cache_len=host_long[2],
+            knobs=torch.tensor([knob_row(s.sampling) for s in states]).to(dev),
             talker_noise=talker_noise, predictor_noise=predictor_noise,
         )  # type: ignore[arg-type]  # noise is None only for a greedy batch, whose graph never reads it
         out = self.frames.run(inputs, mode)
