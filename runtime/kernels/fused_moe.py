@@ -3,6 +3,7 @@ exact PyTorch reference otherwise."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from runtime.kernels._backend import use_triton
 from runtime.kernels.moe_config import MoeConfig
@@ -26,13 +27,7 @@ def fused_moe(
     router_w [E, H]; w_gate_up [E, 2I, H] (rows [gate; up]); w_down [E, H, I]; `shared` adds the talker's
     sigmoid-gated shared expert. `config` overrides the tuned tiles (tuning and tests use it).
     """
-    if x.shape[0] == 0:
-        return torch.zeros_like(x)
-    if not use_triton(x, router_w, w_gate_up, w_down):
-        return fused_moe_reference(x, router_w, w_gate_up, w_down, top_k, norm_topk_prob, shared)
-    from runtime.kernels.moe_triton import fused_moe_triton  # imports triton: only on the GPU path
-
-    return fused_moe_triton(x, router_w, w_gate_up, w_down, top_k, norm_topk_prob, shared, config)
+    return routed_moe(x, F.linear(x, router_w), w_gate_up, w_down, top_k, norm_topk_prob, shared, config)
 
 
 def routed_moe(
