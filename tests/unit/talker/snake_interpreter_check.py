@@ -10,25 +10,9 @@ import sys
 
 os.environ["TRITON_INTERPRET"] = "1"
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import triton.runtime.interpreter as interpreter  # noqa: E402
 
-
-def patch_numpy_scalars() -> None:
-    """Triton 3.6's interpreter calls int() on 1-element arrays, which NumPy >= 2.4 refuses: take the element.
-
-    The same patch as tests/unit/kernels/interpreter_check.py, kept here so this check stands alone.
-    """
-    original = getattr(interpreter, "_patch_lang_tensor", None)
-    if original is None:
-        return
-
-    def patched(tensor, scope) -> None:  # noqa: ANN001
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
-
-    interpreter._patch_lang_tensor = patched
+from tests.unit.kernels.interpreter_check import patch_numpy_scalars  # noqa: E402
 
 
 def check_snake(dtype: torch.dtype) -> None:
