@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from runtime.graph_capture import capture_graph
 from services.talker.model.frame_step import (
     MODES, NUM_KNOBS, PENALTY, PRED_TEMPERATURE, PRED_TOP_P, TEMPERATURE, TOP_P, FrameInputs, FrameOutputs, FrameStep,
     Mode,
@@ -102,16 +103,7 @@ class FrameGraphs:
 
     def _capture(self, shape: _Captured, bucket: int, mode: Mode) -> None:
         t0, before = time.perf_counter(), torch.cuda.memory_reserved()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up: Triton compiles and cuBLAS picks its kernels outside the capture
-            for _ in range(2):
-                self.step(shape.inputs, mode)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            shape.outputs = self.step(shape.inputs, mode)
-        shape.graph = graph
+        shape.graph, shape.outputs = capture_graph(lambda: self.step(shape.inputs, mode), self.pool)
         log.info("talker: captured the frame graph for %d rows (%s) in %.2f s, %.1f MiB reserved", bucket,
                  mode, time.perf_counter() - t0,
                  (torch.cuda.memory_reserved() - before) / 2**20)

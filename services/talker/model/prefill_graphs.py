@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.graph_capture import capture_graph
 from services.talker.model.kv import KVPool
 from services.talker.model.talker_lm import TalkerLM
 
@@ -97,15 +98,6 @@ class PrefillGraphs:
 
     def _capture(self, shape: _Shape, bucket: tuple[int, int]) -> None:
         t0, before = time.perf_counter(), torch.cuda.memory_reserved()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up: library kernels are chosen and loaded outside the capture
-            for _ in range(2):
-                self._forward(shape)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            shape.hidden = self._forward(shape)
-        shape.graph = graph
+        shape.graph, shape.hidden = capture_graph(lambda: self._forward(shape), self.pool)
         log.info("talker: captured the prefill graph for %d rows x %d positions in %.2f s, %.1f MiB reserved",
                  *bucket, time.perf_counter() - t0, (torch.cuda.memory_reserved() - before) / 2**20)
