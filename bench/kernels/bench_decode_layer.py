@@ -32,7 +32,7 @@ LAYERS = 48
 EXPERTS, HIDDEN, INTER, TOP_K = 128, 2048, 768, 8
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 4, 128, 16
 MAX_MODEL_LEN = 32768
-ROWS = [1, 2, 4, 8]
+ROWS = [1, 2, 4, 8, 16, 32]
 KV_LENS = [64, 300, 2048]
 
 
@@ -55,13 +55,16 @@ def bench_moe_layer(records: list[dict], config_path: Path | None) -> None:
             h = fused_add_rmsnorm_triton(x, res, norm_w).normed
             return fused_moe_triton(h, router, w_gate_up, w_down, TOP_K, True, None, grouped)
 
-        def after() -> torch.Tensor:
+        def after(small: bool = True) -> torch.Tensor:
             router, w_gate_up, w_down = layers.next()
             h, _, logits = fused_add_rmsnorm_router_triton(x, res, norm_w, router)
-            return routed_moe_triton(h, logits, w_gate_up, w_down, TOP_K, True, None, cfg)
+            return routed_moe_triton(h, logits, w_gate_up, w_down, TOP_K, True, None,
+                                     cfg._replace(small_max_tokens=m if small else 0))
 
+        # after: the router in the norm and the small path at every row count; grouped: the router in the norm and
+        # the grouped GEMMs (places SMALL_PATH_MAX_TOKENS and ROUTER_IN_NORM_MAX_TOKENS)
         records.append(finish({"part": "moe_layer", "rows": m, "before_ms": graph_ms(before),
-                               "after_ms": graph_ms(after)}))
+                               "after_ms": graph_ms(after), "after_grouped_ms": graph_ms(lambda: after(False))}))
 
 
 def attention_case(rows: int, kv_len: int) -> dict:
@@ -97,13 +100,14 @@ def bench_attention_layer(records: list[dict], split_keys: list[int]) -> None:
                 write_kv(c["cache"], k, c["v"], c["slots"])
                 return paged_attention_triton(q, *attend, merge_in_kernel=False)
 
-            def after(min_split_keys: int = 64) -> torch.Tensor:
+            def after(min_split_keys: int = 64, merge_in_kernel: bool = False) -> torch.Tensor:
                 q = qk_norm_rope_cache_triton(c["q"], c["k"], c["v"], c["qw"], c["kw"], c["cos"], c["sin"],
                                               c["cache"], c["slots"])
-                return paged_attention_triton(q, *attend, min_split_keys=min_split_keys)
+                return paged_attention_triton(q, *attend, min_split_keys=min_split_keys,
+                                              merge_in_kernel=merge_in_kernel)
 
             rec = {"part": "attention_layer", "rows": rows, "kv_len": kv_len, "before_ms": graph_ms(before),
-                   "after_ms": graph_ms(after)}
+                   "after_ms": graph_ms(after), "after_merge_in_kernel_ms": graph_ms(lambda: after(merge_in_kernel=True))}
             for keys in split_keys:  # fewer, longer splits: the single-split case (no merge at all) comes sooner
                 rec[f"after_min{keys}_ms"] = graph_ms(lambda: after(keys))
             records.append(finish(rec))

@@ -20,6 +20,8 @@ import torch.nn.functional as F
 import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
+from runtime.kernels.moe_align import align_torch
+from runtime.kernels.moe_align_triton import align_triton_parallel, align_triton_small
 from runtime.kernels.moe_config import SMALL_PATH_MAX_TOKENS, moe_config
 from runtime.kernels.moe_reference import experts_reference, topk_softmax_reference
 from runtime.kernels.moe_triton import fused_moe_triton
@@ -112,7 +114,7 @@ def bench_moe(bandwidth: float, config_path: Path | None, records: list[dict], l
                    "weight_copies": len(layers.items),
                    "config": [cfg.block_m, list(cfg.gate_up), list(cfg.down), cfg.align_small_max_pairs]}
             rec["triton_ms"] = graph_ms(lambda: fused_moe_triton(x, *layers.next(), top_k, config=cfg))
-            if m <= 2 * SMALL_PATH_MAX_TOKENS:  # both paths around the switch, to place SMALL_PATH_MAX_TOKENS
+            if m <= 4 * SMALL_PATH_MAX_TOKENS:  # both paths around the switch, to place SMALL_PATH_MAX_TOKENS
                 small, grouped = cfg._replace(small_max_tokens=m), cfg._replace(small_max_tokens=0)
                 rec["small_path_ms"] = graph_ms(lambda: fused_moe_triton(x, *layers.next(), top_k, config=small))
                 rec["grouped_path_ms"] = graph_ms(lambda: fused_moe_triton(x, *layers.next(), top_k, config=grouped))
@@ -127,6 +129,20 @@ def bench_moe(bandwidth: float, config_path: Path | None, records: list[dict], l
             records.append(rec)
         del layers
         torch.cuda.empty_cache()
+
+
+def bench_align(records: list[dict]) -> None:
+    """The expert grouping alone (one-program, parallel, plain torch) at the thinker's routing, by token count."""
+    experts, hidden, inter, top_k = MOE_SHAPES["thinker"]
+    for m in (1, 8, 16, 32, 64, 256, 4096):
+        routing = topk_softmax_reference(torch.randn(m, experts, device=DEVICE), top_k)
+        block_m = moe_config(experts, hidden, inter, top_k, m, torch.cuda.get_device_name()).block_m
+        rec = {"kernel": "moe_align", "M": m, "pairs": m * top_k, "block_m": block_m}
+        for name, align in (("small", align_triton_small), ("parallel", align_triton_parallel),
+                            ("torch", align_torch)):
+            rec[f"{name}_ms"] = graph_ms(lambda: align(routing.topk_ids, experts, block_m))
+        print(json.dumps(rec), flush=True)
+        records.append(rec)
 
 
 def bench_decode_attention(bandwidth: float, records: list[dict]) -> None:
@@ -206,7 +222,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--moe-config", type=Path, default=None, help="tuned JSON (default: the shipped one)")
     parser.add_argument("--loop-max-m", type=int, default=256, help="time the per-expert loop up to this M")
-    parser.add_argument("--only", default="moe,decode,prefill,norm")
+    parser.add_argument("--only", default="moe,align,decode,prefill,norm")
     args = parser.parse_args()
     start = time.monotonic()
     bandwidth = copy_bandwidth()
@@ -214,6 +230,7 @@ def main() -> None:
     records: list[dict] = []
     sections = {
         "moe": lambda: bench_moe(bandwidth, args.moe_config, records, args.loop_max_m),
+        "align": lambda: bench_align(records),
         "decode": lambda: bench_decode_attention(bandwidth, records),
         "prefill": lambda: bench_prefill_attention(records),
         "norm": lambda: bench_norms(bandwidth, records),

@@ -200,7 +200,7 @@ def paged_attention_triton(
     max_seqlen_q: int,
     scale: float | None = None,
     num_splits: int | None = None,
-    merge_in_kernel: bool = True,
+    merge_in_kernel: bool = False,
     min_split_keys: int = MIN_SPLIT_KEYS,
 ) -> torch.Tensor:
     """`paged_attention_reference` in Triton; max_seqlen_q (host int, >= every q_len) sizes the grid without a sync.
