@@ -1,11 +1,12 @@
-"""The Thinker's per-layer decode kernels at 1-8 rows: the chains of the issue-6 profile against the fused ones.
+"""The Thinker's per-layer decode kernels at 1-32 rows: the chains of the issue-6 profile against the fused ones.
 
 Run on the GPU machine:
   PYTHONPATH=. python bench/kernels/bench_decode_layer.py --out decode_layer.json [--moe-config F]
 MoE half, before: add+RMSNorm, router GEMM, top-k, grouping, gate_up, down, top-k sum (7 launches); after:
-add+RMSNorm with the router logits, gate_up routing inside, down summing the top-k inside (3 launches).
+add+RMSNorm with the router logits, gate_up routing inside, down summing the top-k inside (3 launches); after
+grouped: the router in the norm, then the grouped GEMMs (places SMALL_PATH_MAX_TOKENS and ROUTER_IN_NORM_MAX_TOKENS).
 Attention half, before: q/k norm + rope, two index_copy into the cache, attention, split merge (5); after: norm +
-rope storing k/v, attention merging its own splits (2). Block tables are as wide as the engine's graphs make them
+rope storing k/v, attention, split merge (3). Block tables are as wide as the engine's graphs make them
 (max_model_len), so the split count is the engine's too. Times are medians of CUDA-graph replays, MoE weights cycled
 past L2 (every layer reads its own experts); `x48` is the step-level estimate. Also sweeps the keys per split.
 """
@@ -98,16 +99,15 @@ def bench_attention_layer(records: list[dict], split_keys: list[int]) -> None:
             def before() -> torch.Tensor:
                 q, k = qk_norm_rope_triton(c["q"], c["k"], c["qw"], c["kw"], c["cos"], c["sin"])
                 write_kv(c["cache"], k, c["v"], c["slots"])
-                return paged_attention_triton(q, *attend, merge_in_kernel=False)
+                return paged_attention_triton(q, *attend)
 
-            def after(min_split_keys: int = 64, merge_in_kernel: bool = False) -> torch.Tensor:
+            def after(min_split_keys: int = 64) -> torch.Tensor:
                 q = qk_norm_rope_cache_triton(c["q"], c["k"], c["v"], c["qw"], c["kw"], c["cos"], c["sin"],
                                               c["cache"], c["slots"])
-                return paged_attention_triton(q, *attend, min_split_keys=min_split_keys,
-                                              merge_in_kernel=merge_in_kernel)
+                return paged_attention_triton(q, *attend, min_split_keys=min_split_keys)
 
             rec = {"part": "attention_layer", "rows": rows, "kv_len": kv_len, "before_ms": graph_ms(before),
-                   "after_ms": graph_ms(after), "after_merge_in_kernel_ms": graph_ms(lambda: after(merge_in_kernel=True))}
+                   "after_ms": graph_ms(after)}
             for keys in split_keys:  # fewer, longer splits: the single-split case (no merge at all) comes sooner
                 rec[f"after_min{keys}_ms"] = graph_ms(lambda: after(keys))
             records.append(finish(rec))

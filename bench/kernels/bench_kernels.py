@@ -21,7 +21,7 @@ import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
 from runtime.kernels.moe_align import align_torch
-from runtime.kernels.moe_align_triton import align_triton_parallel, align_triton_small
+from runtime.kernels.moe_align_triton import align_triton
 from runtime.kernels.moe_config import SMALL_PATH_MAX_TOKENS, moe_config
 from runtime.kernels.moe_reference import experts_reference, topk_softmax_reference
 from runtime.kernels.moe_triton import fused_moe_triton
@@ -112,7 +112,7 @@ def bench_moe(bandwidth: float, config_path: Path | None, records: list[dict], l
             cfg = moe_config(experts, hidden, inter, top_k, m, torch.cuda.get_device_name(), config_path)
             rec = {"kernel": "fused_moe", "model": name, "M": m, "experts_touched": touched, "min_bytes": min_bytes,
                    "weight_copies": len(layers.items),
-                   "config": [cfg.block_m, list(cfg.gate_up), list(cfg.down), cfg.align_small_max_pairs]}
+                   "config": [cfg.block_m, list(cfg.gate_up), list(cfg.down)]}
             rec["triton_ms"] = graph_ms(lambda: fused_moe_triton(x, *layers.next(), top_k, config=cfg))
             if m <= 4 * SMALL_PATH_MAX_TOKENS:  # both paths around the switch, to place SMALL_PATH_MAX_TOKENS
                 small, grouped = cfg._replace(small_max_tokens=m), cfg._replace(small_max_tokens=0)
@@ -132,14 +132,13 @@ def bench_moe(bandwidth: float, config_path: Path | None, records: list[dict], l
 
 
 def bench_align(records: list[dict]) -> None:
-    """The expert grouping alone (one-program, parallel, plain torch) at the thinker's routing, by token count."""
+    """The expert grouping alone (Triton, plain torch) at the thinker's routing, by token count."""
     experts, hidden, inter, top_k = MOE_SHAPES["thinker"]
     for m in (1, 8, 16, 32, 64, 256, 4096):
         routing = topk_softmax_reference(torch.randn(m, experts, device=DEVICE), top_k)
         block_m = moe_config(experts, hidden, inter, top_k, m, torch.cuda.get_device_name()).block_m
         rec = {"kernel": "moe_align", "M": m, "pairs": m * top_k, "block_m": block_m}
-        for name, align in (("small", align_triton_small), ("parallel", align_triton_parallel),
-                            ("torch", align_torch)):
+        for name, align in (("triton", align_triton), ("torch", align_torch)):
             rec[f"{name}_ms"] = graph_ms(lambda: align(routing.topk_ids, experts, block_m))
         print(json.dumps(rec), flush=True)
         records.append(rec)
@@ -160,8 +159,6 @@ def bench_decode_attention(bandwidth: float, records: list[dict]) -> None:
         rec = {"kernel": "paged_decode_attention", "B": batch, "kv_len": kv_len, "block_size": block_size,
                "min_bytes": kv_bytes, "kv_copies": copies}
         rec["triton_ms"] = graph_ms(lambda: paged_attention_triton(q, kv, tables.next(), kv_lens, cu, 1))
-        rec["merge_apart_ms"] = graph_ms(lambda: paged_attention_triton(q, kv, tables.next(), kv_lens, cu, 1,
-                                                                        merge_in_kernel=False))
         rec["gathered_sdpa_ms"] = graph_ms(lambda: gathered_sdpa_decode(q, kv, tables.next(), kv_lens))
         finish(rec, bandwidth)
         records.append(rec)

@@ -2,9 +2,8 @@
 
 Run on the GPU machine:  PYTHONPATH=. python bench/kernels/tune_moe.py --out runtime/kernels/configs/<file>.json
 Per batch size it tries a few row blocks (BLOCK_M, shared by the grouping and both GEMMs), times each GEMM's
-candidates alone (triton do_bench: median, L2 flushed between calls), keeps the fastest sum, picks the faster
-grouping kernel (one-program or parallel, timed in CUDA graphs), and checks the chosen config against the fp32
-reference before writing it. Batch sizes the small path takes (moe_small_triton) also get its two kernels' tiles,
+candidates alone (triton do_bench: median, L2 flushed between calls), keeps the fastest sum, and checks the chosen
+config against the fp32 reference before writing it. Batch sizes the small path takes (moe_small_triton) also get its two kernels' tiles,
 gate_up first, then down with the best gate_up; both timed together, as they always run.
 """
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Callable, NamedTuple
 
 import torch
 import triton
-from triton.testing import do_bench, do_bench_cudagraph
+from triton.testing import do_bench
 
 from runtime.kernels.moe_align import MoeAlignment, align_torch
 from runtime.kernels.moe_config import (
@@ -27,7 +26,6 @@ from runtime.kernels.moe_config import (
 )
 from runtime.kernels.moe_gemm_triton import down_weighted, gate_up_silu
 from runtime.kernels.moe_reference import Routing, experts_reference, topk_softmax_reference
-from runtime.kernels.moe_align_triton import align_triton_parallel, align_triton_small
 from runtime.kernels.moe_small_triton import experts_small_triton
 from runtime.kernels.moe_triton import experts_triton
 
@@ -140,14 +138,10 @@ def tune_one(shape: Shape, m: int, tensors: dict, log: list[dict]) -> tuple[MoeC
                                 lambda c: down_weighted(act, w_down, routing.topk_weights, grouping, c), log,
                                 tag + " down")
         if dn_cfg is not None and gu_ms + dn_ms < best[0]:
-            best = (gu_ms + dn_ms, MoeConfig(block_m, gu_cfg, dn_cfg, 0))
+            best = (gu_ms + dn_ms, MoeConfig(block_m, gu_cfg, dn_cfg))
     ms, cfg = best
     if cfg is None:
         return default_config(m, shape.experts, shape.top_k), float("nan")
-    small = do_bench_cudagraph(lambda: align_triton_small(routing.topk_ids, shape.experts, cfg.block_m), rep=10)
-    big = do_bench_cudagraph(lambda: align_triton_parallel(routing.topk_ids, shape.experts, cfg.block_m), rep=10)
-    log.append({"tag": f"{shape.name} M={m} align", "triton_small_ms": small, "triton_parallel_ms": big})
-    cfg = cfg._replace(align_small_max_pairs=m * shape.top_k if small < big else 0)
     return cfg, ms
 
 

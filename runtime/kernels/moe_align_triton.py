@@ -1,8 +1,10 @@
-"""Triton expert grouping for the MoE GEMMs: one program for decode-size batches, a parallel path for larger ones.
+"""Triton expert grouping for the MoE GEMMs: a memset, a count and a place launch, spread over the GPU.
 
-Both keep every program's tiles small ([CHUNK, experts] with CHUNK 16-32) and use reductions, not 2-D scans: one
-program runs its instructions back to back, so a [128, 128] tile per program made a 256-pair grouping take ~20 us
-on the H200 (a chain of ~5k dependent instructions per thread), longer than the GEMMs it feeds.
+Every program's tiles are small ([16 pairs, experts]) and use reductions, not 2-D scans: a program runs its
+instructions back to back, so [128, 128] tiles had made a 256-pair grouping take ~20 us on the H200 (a chain of ~5k
+dependent instructions per thread), longer than the GEMMs it feeds; now 6.1 us, and 28 us at 32k pairs. A
+one-program grouping (one launch) was slower from 64 pairs on and only 3 us faster at 8, where the small MoE path
+needs no grouping at all, so it was dropped (bench_kernels.py `moe_align`).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import triton.language as tl
 from runtime.kernels._backend import next_power_of_2
 from runtime.kernels.moe_align import MoeAlignment, cdiv, padded_bound
 
-CHUNK = 16  # pairs (or blocks) one program, or one loop step, handles
+CHUNK = 16  # pairs (and blocks) one program handles
 
 
 @triton.jit
@@ -50,49 +52,6 @@ def _pad_groups(sorted_ids_ptr, starts, counts, ends, num_pairs, BLOCK_M: tl.con
     pad = (starts + counts)[:, None] + tl.arange(0, BLOCK_M)[None, :]  # [BLOCK_E, BLOCK_M]
     sentinel = tl.zeros([BLOCK_E, BLOCK_M], dtype=tl.int32) + num_pairs
     tl.store(sorted_ids_ptr + pad, sentinel, mask=pad < ends[:, None])
-
-
-@triton.jit(do_not_specialize=["num_pairs", "max_blocks"])
-def _align_small_kernel(
-    topk_ids_ptr, sorted_ids_ptr, expert_ids_ptr, num_padded_ptr,
-    num_pairs, num_experts, max_blocks,
-    BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr,
-):
-    experts = tl.arange(0, BLOCK_E)
-    counts = tl.zeros([BLOCK_E], dtype=tl.int32)
-    for start in range(0, num_pairs, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        e = tl.load(topk_ids_ptr + offs, mask=offs < num_pairs, other=BLOCK_E)  # BLOCK_E matches no expert
-        counts += tl.sum((e[:, None] == experts[None, :]).to(tl.int32), 0)
-    starts, ends = _expert_bounds(counts, BLOCK_M)
-    tl.store(num_padded_ptr, tl.sum(ends - starts, 0))
-    for bstart in range(0, max_blocks, CHUNK):
-        _label_blocks(expert_ids_ptr, bstart + tl.arange(0, CHUNK), starts, ends, num_experts, max_blocks, BLOCK_M,
-                      BLOCK_E)
-    _pad_groups(sorted_ids_ptr, starts, counts, ends, num_pairs, BLOCK_M, BLOCK_E)
-    cursor = starts
-    for start in range(0, num_pairs, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        e = tl.load(topk_ids_ptr + offs, mask=offs < num_pairs, other=BLOCK_E)
-        onehot = (e[:, None] == experts[None, :]).to(tl.int32)  # [CHUNK, BLOCK_E]
-        dest = tl.sum(onehot * cursor[None, :], 1) + _rank_in_chunk(e, CHUNK)
-        tl.store(sorted_ids_ptr + dest, offs, mask=offs < num_pairs)
-        cursor += tl.sum(onehot, 0)
-
-
-def align_triton_small(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> MoeAlignment:
-    """`align_torch` in a single one-program launch (pairs in pair order within an expert): for decode batches."""
-    num_pairs = topk_ids.numel()
-    max_padded = padded_bound(num_pairs, num_experts, block_m)
-    max_blocks = cdiv(max_padded, block_m)
-    sorted_ids = torch.empty(max_padded, dtype=torch.int32, device=topk_ids.device)
-    expert_ids = torch.empty(max_blocks, dtype=torch.int32, device=topk_ids.device)
-    num_padded = torch.empty(1, dtype=torch.int32, device=topk_ids.device)
-    _align_small_kernel[(1,)](
-        topk_ids, sorted_ids, expert_ids, num_padded, num_pairs, num_experts, max_blocks,
-        BLOCK_M=block_m, BLOCK_E=next_power_of_2(num_experts), CHUNK=CHUNK, num_warps=4,
-    )
-    return MoeAlignment(sorted_ids, expert_ids, num_padded, block_m)
 
 
 @triton.jit(do_not_specialize=["num_pairs"])
@@ -132,8 +91,8 @@ def _place_pairs_kernel(
         _pad_groups(sorted_ids_ptr, starts, counts, ends, num_pairs, BLOCK_M, BLOCK_E)
 
 
-def align_triton_parallel(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> MoeAlignment:
-    """`align_torch` in three launches (a memset, count, place) spread over the GPU: for prefill-size batches."""
+def align_triton(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> MoeAlignment:
+    """`align_torch` in three launches (a memset, count, place); pairs of one expert land in atomic order."""
     num_pairs = topk_ids.numel()
     max_padded = padded_bound(num_pairs, num_experts, block_m)
     max_blocks = cdiv(max_padded, block_m)

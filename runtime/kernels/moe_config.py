@@ -9,9 +9,10 @@ from typing import NamedTuple
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 # Up to this many tokens the MoE takes the grouping-free small path (moe_small_triton: top-k inside gate_up, the top-k
-# sum inside down, 2 launches), past it the grouped GEMMs (routing, grouping, gate_up, down, sum: 5 launches). At 1-8
-# tokens the launches, not the weight bytes, separate the two; bench_kernels.py times both paths to move this.
-SMALL_PATH_MAX_TOKENS = 8
+# sum inside down, 2 launches), past it the grouped GEMMs (routing, grouping, gate_up, down, sum: 5 launches). H200,
+# Thinker shapes, per MoE layer in CUDA graphs: small 37.7 / 54.3 / 89.7 / 150.5 us at 1 / 2 / 4 / 8 tokens, grouped
+# 39.6 / 56.8 / 96.5 / 141.2 (bench_kernels.py `small_path_ms`, `grouped_path_ms`; results/kernels-...-align-moe.json).
+SMALL_PATH_MAX_TOKENS = 4
 
 
 class GemmConfig(NamedTuple):
@@ -35,7 +36,6 @@ class MoeConfig(NamedTuple):
     block_m: int
     gate_up: GemmConfig
     down: GemmConfig
-    align_small_max_pairs: int  # up to this many (token, expert) pairs the one-program grouping, past it the parallel
     small_max_tokens: int = SMALL_PATH_MAX_TOKENS  # up to this many tokens the small path (0: never)
     small_gate_up: GemmConfig = SMALL_GATE_UP
     small_down: GemmConfig = SMALL_DOWN
@@ -54,19 +54,19 @@ def default_config(num_tokens: int, num_experts: int, top_k: int) -> MoeConfig:
     """An untuned config that is correct everywhere and reasonable on Hopper; rows per expert pick the row block."""
     rows_per_expert = num_tokens * top_k / max(num_experts, 1)
     if rows_per_expert <= 16:
-        return MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), 64)
+        return MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3))
     if rows_per_expert <= 64:
-        return MoeConfig(32, GemmConfig(64, 64, 4, 4), GemmConfig(64, 64, 4, 4), 64)
-    return MoeConfig(64, GemmConfig(64, 64, 4, 3), GemmConfig(128, 64, 4, 3), 64)
+        return MoeConfig(32, GemmConfig(64, 64, 4, 4), GemmConfig(64, 64, 4, 4))
+    return MoeConfig(64, GemmConfig(64, 64, 4, 3), GemmConfig(128, 64, 4, 3))
 
 
 def config_from_json(entry: dict) -> MoeConfig:
-    """Entries written before the small path existed lack its keys and get its defaults."""
+    """Entries written before the small path existed lack its keys and get its defaults (a grouping choice they
+    carry, `align_small_max_pairs`, is ignored: one grouping kernel is left)."""
     return MoeConfig(
         int(entry["block_m"]),
         GemmConfig(*(int(v) for v in entry["gate_up"])),
         GemmConfig(*(int(v) for v in entry["down"])),
-        int(entry["align_small_max_pairs"]),
         int(entry.get("small_max_tokens", SMALL_PATH_MAX_TOKENS)),
         GemmConfig(*(int(v) for v in entry.get("small_gate_up", SMALL_GATE_UP))),
         GemmConfig(*(int(v) for v in entry.get("small_down", SMALL_DOWN))),
@@ -78,7 +78,6 @@ def config_to_json(cfg: MoeConfig) -> dict:
         "block_m": cfg.block_m,
         "gate_up": list(cfg.gate_up),
         "down": list(cfg.down),
-        "align_small_max_pairs": cfg.align_small_max_pairs,
         "small_max_tokens": cfg.small_max_tokens,
         "small_gate_up": list(cfg.small_gate_up),
         "small_down": list(cfg.small_down),

@@ -7,8 +7,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from runtime.kernels.moe_align import MoeAlignment
-from runtime.kernels.moe_align_triton import align_triton_parallel, align_triton_small
+from runtime.kernels.moe_align_triton import align_triton
 from runtime.kernels.moe_config import MoeConfig, moe_config
 from runtime.kernels.moe_gemm_triton import down_weighted, gate_up_silu
 from runtime.kernels.moe_reference import Routing, SharedExpert, shared_expert_forward
@@ -26,20 +25,13 @@ def config_for(x: torch.Tensor, w_gate_up: torch.Tensor, top_k: int) -> MoeConfi
     return moe_config(num_experts, hidden, two_inter // 2, top_k, x.shape[0], device_name(x.device.index or 0))
 
 
-def align(topk_ids: torch.Tensor, num_experts: int, cfg: MoeConfig) -> MoeAlignment:
-    """One-program grouping (one launch) up to the tuned pair count, the parallel one (three launches) past it."""
-    if topk_ids.numel() <= cfg.align_small_max_pairs:
-        return align_triton_small(topk_ids, num_experts, cfg.block_m)
-    return align_triton_parallel(topk_ids, num_experts, cfg.block_m)
-
-
 def experts_triton(
     x: torch.Tensor, routing: Routing, w_gate_up: torch.Tensor, w_down: torch.Tensor, cfg: MoeConfig
 ) -> torch.Tensor:
     """Routed experts only: x [T, H] -> [T, H]."""
     num_tokens, hidden = x.shape
     top_k = routing.topk_ids.shape[1]
-    grouping = align(routing.topk_ids, w_gate_up.shape[0], cfg)
+    grouping = align_triton(routing.topk_ids, w_gate_up.shape[0], cfg.block_m)
     act = gate_up_silu(x, w_gate_up, grouping, top_k, cfg.gate_up)  # [max_padded, I]
     out_pairs = down_weighted(act, w_down, routing.topk_weights.contiguous(), grouping, cfg.down)  # [T*k, H]
     return out_pairs.view(num_tokens, top_k, hidden).sum(dim=1)

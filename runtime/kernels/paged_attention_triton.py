@@ -25,51 +25,23 @@ def _store_partial(
     tl.store(part_out_ptr + lse_idx[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :], o, mask=row_ok[:, None])
 
 
-@triton.jit
-def _merge_partials(
-    part_out_ptr, part_lse_ptr, row_idx, row_ok, used, split_stride,
-    ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, MERGE_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
-):
-    """The rows' outputs from the first `used` splits' partials, weighted by their log-sum-exp; MERGE_SPLITS splits
-    per load round. Loads bypass L1 (.cg): the partials were written by other SMs during this kernel."""
-    s = tl.arange(0, SPLITS_PAD)
-    d = tl.arange(0, HEAD_DIM)
-    all_idx = s[:, None] * split_stride + row_idx[None, :]  # [SPLITS_PAD, ROWS]
-    all_ok = (s < used)[:, None] & row_ok[None, :]
-    lse = tl.load(part_lse_ptr + all_idx, mask=all_ok, other=float("-inf"), cache_modifier=".cg")
-    m = tl.max(lse, 0)
-    m = tl.where(m == float("-inf"), 0.0, m)  # a row no split saw keeps weight 0 everywhere, not NaN
-    total = tl.sum(tl.exp2(lse - m[None, :]), 0)  # [ROWS]
-    acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
-    for s0 in range(0, used, MERGE_SPLITS):
-        sc = s0 + tl.arange(0, MERGE_SPLITS)
-        idx = sc[:, None] * split_stride + row_idx[None, :]  # [MERGE_SPLITS, ROWS]
-        ok = (sc < used)[:, None] & row_ok[None, :]
-        w = tl.exp2(tl.load(part_lse_ptr + idx, mask=ok, other=float("-inf"), cache_modifier=".cg") - m[None, :])
-        o = tl.load(part_out_ptr + idx[:, :, None] * HEAD_DIM + d[None, None, :], mask=ok[:, :, None], other=0.0,
-                    cache_modifier=".cg")  # [MERGE_SPLITS, ROWS, HEAD_DIM]
-        acc += tl.sum(o * w[:, :, None], 0)
-    return acc / tl.where(total == 0.0, 1.0, total)[:, None]
-
-
 @triton.jit(do_not_specialize=["num_q_tokens"])  # one compile for every batch size
 def _paged_attn_kernel(
     q_ptr, k_ptr, v_ptr, block_tables_ptr, kv_lens_ptr, cu_q_ptr,
-    out_ptr, part_out_ptr, part_lse_ptr, counters_ptr,
+    out_ptr, part_out_ptr, part_lse_ptr,
     scale_log2,
     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt, stride_ot, stride_oh,
     num_q_tokens, num_q_heads,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, MIN_SPLIT_KEYS: tl.constexpr,
-    MERGE_IN_KERNEL: tl.constexpr, MERGE_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     """One program: BLOCK_Q query tokens x the GROUP query heads of one KV head (so K/V load once for the group),
     over one split of the visible keys. Rows r of the tile are (token r // GROUP, head r % GROUP).
 
-    Splits are chunks of >= MIN_SPLIT_KEYS keys, so a short sequence fills fewer than NUM_SPLITS of them. With
-    MERGE_IN_KERNEL the splits past the used ones exit at once, a sequence one split covers writes its output
-    directly, and otherwise the last split of a group to finish (an arrival counter) merges the partials itself,
-    so no merge launch is needed; without it every split writes partials for `_merge_splits_kernel`."""
+    Splits are chunks of >= MIN_SPLIT_KEYS keys, so a short sequence fills fewer than NUM_SPLITS of them; every
+    split writes partials (an empty one an lse of -inf) for `_merge_splits_kernel`. Merging inside this kernel (the
+    last split to arrive merges) was measured slower on the H200 at every length past one split: its registers
+    (168 vs 107) cut occupancy and the merging program runs after all the others (bench/kernels/NOTES.md)."""
     pid_q = tl.program_id(0)
     seq = tl.program_id(1)
     kv_head = tl.program_id(2) // NUM_SPLITS
@@ -85,10 +57,6 @@ def _paged_attn_kernel(
     row_ok = (r < BLOCK_Q * GROUP) & (tok < q_len)
     visible = kv_len - q_len + tl.minimum((pid_q + 1) * BLOCK_Q, q_len)  # keys the tile's last token sees
     chunk = tl.maximum(tl.cdiv(tl.cdiv(visible, NUM_SPLITS), BLOCK_N) * BLOCK_N, MIN_SPLIT_KEYS)
-    used = tl.maximum(tl.cdiv(visible, chunk), 1)  # splits holding keys; a row past kv_len sees none, split 0 says so
-    if MERGE_IN_KERNEL:
-        if split >= used:
-            return
     d = tl.arange(0, HEAD_DIM)
     q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
     q = tl.load(q_ptr + q_rows[:, None] + d[None, :], mask=row_ok[:, None], other=0.0)
@@ -120,21 +88,6 @@ def _paged_attn_kernel(
     out_ptrs = out_ptr + (q_idx * stride_ot + head * stride_oh)[:, None] + d[None, :]
     if NUM_SPLITS == 1:
         tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
-    elif MERGE_IN_KERNEL:
-        if used == 1:  # one split covers the keys: no partials, no merge
-            tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
-        else:
-            _store_partial(part_out_ptr, part_lse_ptr, o, m_i, l_i, split, q_idx, head, row_ok, num_q_tokens,
-                           num_q_heads, HEAD_DIM)
-            # every thread's partial stores come before the arrival (the barrier), and the arrival releases them
-            tl.debug_barrier()
-            group = (seq * tl.num_programs(0) + pid_q) * (tl.num_programs(2) // NUM_SPLITS) + kv_head
-            arrived = tl.atomic_add(counters_ptr + group, 1, sem="acq_rel", scope="gpu")
-            if arrived == used - 1:  # the last split of the group: the others' partials are visible now
-                merged = _merge_partials(part_out_ptr, part_lse_ptr, q_idx * num_q_heads + head, row_ok, used,
-                                         num_q_tokens * num_q_heads, ROWS, HEAD_DIM, MERGE_SPLITS, SPLITS_PAD)
-                tl.store(out_ptrs, merged.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
-                tl.store(counters_ptr + group, 0)  # ready for the next launch (kernels on a stream run in order)
     else:
         _store_partial(part_out_ptr, part_lse_ptr, o, m_i, l_i, split, q_idx, head, row_ok, num_q_tokens,
                        num_q_heads, HEAD_DIM)
@@ -171,24 +124,6 @@ def choose_splits(programs: int, max_kv: int, sms: int) -> int:
 
 BLOCK_N = 64  # keys per inner step
 MIN_SPLIT_KEYS = 64  # a split takes at least this many keys (a multiple of BLOCK_N); fewer splits fill short sequences
-_COUNTERS: dict[str, list[torch.Tensor]] = {}  # device -> arrival counter buffers, newest last, none ever freed
-
-
-def split_counters(device: torch.device, size: int, capturing: bool) -> torch.Tensor | None:
-    """At least `size` zeroed int32 arrival counters for the in-kernel merge, one buffer per device reused by every
-    launch: each merge resets its counter, so the buffer is all zeros again when the kernel ends, and launches on a
-    stream run in order (two streams of one process must not run split attention at the same time).
-
-    A buffer is allocated only outside CUDA-graph capture (`capturing`), where torch.zeros would be recorded instead
-    of run; a captured graph keeps the buffer it saw, so a smaller one stays alive when a larger one replaces it.
-    None when capture meets a buffer too small (no warm-up call of this size): the caller merges in a second launch."""
-    buffers = _COUNTERS.setdefault(str(device), [])
-    if buffers and buffers[-1].numel() >= size:
-        return buffers[-1]
-    if capturing:
-        return None
-    buffers.append(torch.zeros(max(size, 1024), dtype=torch.int32, device=device))
-    return buffers[-1]
 
 
 def paged_attention_triton(
@@ -200,14 +135,12 @@ def paged_attention_triton(
     max_seqlen_q: int,
     scale: float | None = None,
     num_splits: int | None = None,
-    merge_in_kernel: bool = False,
     min_split_keys: int = MIN_SPLIT_KEYS,
 ) -> torch.Tensor:
     """`paged_attention_reference` in Triton; max_seqlen_q (host int, >= every q_len) sizes the grid without a sync.
 
-    With KV splits, merge_in_kernel lets the last split of each group merge the partials (one launch) instead of a
-    second merge launch (decode tiles; prefill tiles always merge apart); min_split_keys is the fewest keys a split
-    takes (a multiple of 64)."""
+    With KV splits a second launch merges the partials; min_split_keys is the fewest keys a split takes (a multiple
+    of 64)."""
     num_tokens, num_q_heads, head_dim = q.shape
     _, _, block_size, num_kv_heads, _ = kv_cache.shape
     group = num_q_heads // num_kv_heads
@@ -222,29 +155,21 @@ def paged_attention_triton(
         programs = q_tiles * batch * num_kv_heads
         num_splits = choose_splits(programs, max_blocks * block_size, num_sms(q.device.index or 0))
     out = torch.empty_like(q)
-    part_out = part_lse = counters = out  # unused when not split
+    part_out = part_lse = out  # unused when not split
     if num_splits > 1:
         part_out = torch.empty(num_splits, num_tokens, num_q_heads, head_dim, dtype=torch.float32, device=q.device)
         part_lse = torch.empty(num_splits, num_tokens, num_q_heads, dtype=torch.float32, device=q.device)
-        # decode tiles only: the merge's registers on top of a 128-row prefill tile would come near the limit
-        merge_in_kernel = merge_in_kernel and rows <= 32
-        if merge_in_kernel:
-            capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
-            found = split_counters(q.device, q_tiles * batch * num_kv_heads, capturing)
-            merge_in_kernel = found is not None
-            counters = found if found is not None else out
     k_cache, v_cache = kv_cache[0], kv_cache[1]
     _paged_attn_kernel[(q_tiles, batch, num_kv_heads * num_splits)](
-        q, k_cache, v_cache, block_tables, kv_lens, cu_seqlens_q, out, part_out, part_lse, counters,
+        q, k_cache, v_cache, block_tables, kv_lens, cu_seqlens_q, out, part_out, part_lse,
         scale * LOG2E,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), num_tokens, num_q_heads,
         BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim, BLOCK_Q=block_q, ROWS=rows, BLOCK_N=BLOCK_N,
-        NUM_SPLITS=num_splits, MIN_SPLIT_KEYS=min_split_keys, MERGE_IN_KERNEL=merge_in_kernel and num_splits > 1,
-        MERGE_SPLITS=max(1, 64 // rows), SPLITS_PAD=next_power_of_2(num_splits),
+        NUM_SPLITS=num_splits, MIN_SPLIT_KEYS=min_split_keys,
         num_warps=4 if rows <= 32 else 8, num_stages=2,
     )
-    if num_splits > 1 and not merge_in_kernel:
+    if num_splits > 1:
         _merge_splits_kernel[(num_tokens, num_q_heads)](
             part_out, part_lse, out, num_tokens, num_q_heads, out.stride(0), out.stride(1),
             NUM_SPLITS=num_splits, SPLITS_PAD=next_power_of_2(num_splits), HEAD_DIM=head_dim, num_warps=4,

@@ -14,8 +14,9 @@ __all__ = ["QK", "NormResult", "RoutedNorm", "fused_add_rmsnorm", "fused_add_rms
            "qk_norm_rope_cache", "rope_kernel_fits"]
 
 # Up to this many rows the router logits are computed inside the norm kernel (CUDA-core dot products, one launch
-# fewer); past it the norm and a cuBLAS router GEMM, which wins once the logits are real GEMM work.
-ROUTER_IN_NORM_MAX_TOKENS = 8
+# fewer); past it the norm and a cuBLAS router GEMM. On the H200 the norm's logits still won at 32 rows (MoE layer
+# with grouped GEMMs 268.5 us vs 270.8 with the GEMM, bench_decode_layer.py `after_grouped_ms`); not measured past.
+ROUTER_IN_NORM_MAX_TOKENS = 32
 
 
 def fused_add_rmsnorm(

@@ -82,7 +82,7 @@ def compile_moe() -> None:
         w_down = torch.zeros(experts, hidden, inter, dtype=BF16)
         logits = torch.zeros(4, experts, dtype=BF16)
         experts_small_triton(x, logits, w_gate_up, w_down, top_k, True, SMALL_GATE_UP, SMALL_DOWN)
-        blocked = MoeConfig(16, GemmConfig(64, 128, 4, 4), GemmConfig(64, 128, 4, 3), 1 << 20, small_max_tokens=0)
+        blocked = MoeConfig(16, GemmConfig(64, 128, 4, 4), GemmConfig(64, 128, 4, 3), small_max_tokens=0)
         fused_moe_triton(x, router, w_gate_up, w_down, top_k, True, None, blocked)
 
 
@@ -96,9 +96,8 @@ def compile_attention() -> None:
         kv = torch.zeros(2, 8, 16, kv_heads, head_dim, dtype=BF16)
         for max_q in (1, 64):  # decode rows (16-row tiles), prefill tiles (128 rows)
             q = torch.zeros(2 * max_q, q_heads, head_dim, dtype=BF16)
-            for splits, in_kernel in ((1, True), (8, True), (8, False)):
-                paged_attention_triton(q, kv, tables, kv_lens, cu * max_q, max_q, num_splits=splits,
-                                       merge_in_kernel=in_kernel)
+            for splits in (1, 8):
+                paged_attention_triton(q, kv, tables, kv_lens, cu * max_q, max_q, num_splits=splits)
 
 
 def compile_norms() -> None:

@@ -89,7 +89,7 @@ def needs_cuda() -> bool:
 def check_alignment(sorted_ids: torch.Tensor, expert_ids: torch.Tensor, num_padded: int, topk_ids: torch.Tensor,
                     num_experts: int, block_m: int, ordered: bool = True) -> None:
     """Assert the grouping invariants: every pair once, each block one expert's pairs (in pair order when
-    `ordered`; the parallel grouping places chunks in atomic order), padding only at the end of an expert."""
+    `ordered`; the Triton grouping places chunks in atomic order), padding only at the end of an expert."""
     flat = topk_ids.reshape(-1).long().cpu()
     num_pairs = flat.numel()
     counts = torch.bincount(flat, minlength=num_experts)

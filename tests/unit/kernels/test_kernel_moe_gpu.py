@@ -55,25 +55,22 @@ def test_topk_softmax_matches_reference(tokens: int, experts: int, top_k: int) -
 def test_triton_groupings_match_torch_on_skewed_loads(tokens: int, block_m: int) -> None:
     pytest.importorskip("triton")
     from runtime.kernels.moe_align import align_torch
-    from runtime.kernels.moe_align_triton import align_triton_parallel, align_triton_small
+    from runtime.kernels.moe_align_triton import align_triton
 
     routing = skewed_routing(tokens, 128, 8, hot=77, dtype=BF16, device="cuda", seed=tokens)
     ref = align_torch(routing.topk_ids, 128, block_m)
     num_padded = int(ref.num_padded)
-    for align, ordered in ((align_triton_small, True), (align_triton_parallel, False)):
-        got = align(routing.topk_ids, 128, block_m)
-        assert int(got.num_padded) == num_padded
-        check_alignment(got.sorted_ids, got.expert_ids, num_padded, routing.topk_ids, 128, block_m, ordered)
-        assert torch.equal(got.expert_ids, ref.expert_ids)
-        if ordered:
-            assert torch.equal(got.sorted_ids[:num_padded], ref.sorted_ids[:num_padded])
+    got = align_triton(routing.topk_ids, 128, block_m)
+    assert int(got.num_padded) == num_padded
+    check_alignment(got.sorted_ids, got.expert_ids, num_padded, routing.topk_ids, 128, block_m, ordered=False)
+    assert torch.equal(got.expert_ids, ref.expert_ids)
 
 
-CONFIGS = [  # the last field picks the grouping: 1 << 20 the one-program kernel, 0 the parallel one
-    MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 4), 1 << 20),
-    MoeConfig(32, GemmConfig(64, 64, 4, 3), GemmConfig(64, 64, 4, 3), 0),
-    MoeConfig(64, GemmConfig(64, 64, 4, 3), GemmConfig(128, 64, 8, 3), 0),
-    MoeConfig(128, GemmConfig(64, 64, 8, 3), GemmConfig(128, 64, 8, 3), 1 << 20),
+CONFIGS = [
+    MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 4)),
+    MoeConfig(32, GemmConfig(64, 64, 4, 3), GemmConfig(64, 64, 4, 3)),
+    MoeConfig(64, GemmConfig(64, 64, 4, 3), GemmConfig(128, 64, 8, 3)),
+    MoeConfig(128, GemmConfig(64, 64, 8, 3), GemmConfig(128, 64, 8, 3)),
 ]
 
 
@@ -154,11 +151,11 @@ def test_routed_moe_equals_fused_moe_given_its_logits(tokens: int) -> None:
     assert torch.equal(routed_moe(x, F.linear(x, router), w_gate_up, w_down, 8), expected)
 
 
-ONE_PROGRAM_GROUPING = MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), 64, small_max_tokens=0)
+GROUPED = MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), small_max_tokens=0)
 
 
-@pytest.mark.parametrize(("tokens", "config"), [(1, None), (4, None), (4, ONE_PROGRAM_GROUPING), (300, None)],
-                         ids=["small-1", "small-4", "one-program-grouping", "parallel-grouping"])
+@pytest.mark.parametrize(("tokens", "config"), [(1, None), (4, None), (4, GROUPED), (300, None)],
+                         ids=["small-1", "small-4", "grouped-4", "grouped-300"])
 def test_fused_moe_has_no_host_sync_and_replays_in_a_cuda_graph(tokens: int, config: MoeConfig | None) -> None:
     pytest.importorskip("triton")
     router, w_gate_up, w_down = weights(128, 256, 128, seed=9)

@@ -84,8 +84,8 @@ def test_default_config_grows_the_row_block_with_rows_per_expert() -> None:
 
 
 def test_tuned_json_round_trips_and_picks_the_nearest_larger_bucket(tmp_path: Path) -> None:
-    small = MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), 2048)
-    large = MoeConfig(64, GemmConfig(64, 64, 8, 3), GemmConfig(128, 64, 8, 3), 0)
+    small = MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3))
+    large = MoeConfig(64, GemmConfig(64, 64, 8, 3), GemmConfig(128, 64, 8, 3))
     path = tmp_path / "fused_moe_test.json"
     key = shape_key(8, 32, 16, 2)
     path.write_text(json.dumps({"shapes": {key: {"4": config_to_json(small), "256": config_to_json(large)}}}))
@@ -122,7 +122,7 @@ def test_routed_moe_on_cpu_equals_fused_moe_given_its_logits() -> None:
 
 
 def test_small_path_fields_round_trip_and_default_for_old_entries() -> None:
-    small = MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), 64, 4, GemmConfig(16, 256, 4, 3),
+    small = MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), 4, GemmConfig(16, 256, 4, 3),
                       GemmConfig(32, 128, 4, 5))
     assert config_from_json(json.loads(json.dumps(config_to_json(small)))) == small
     old = {k: v for k, v in config_to_json(small).items() if not k.startswith("small")}
