@@ -3,8 +3,9 @@
 Run on the GPU machine:  PYTHONPATH=. python bench/kernels/tune_moe.py --out runtime/kernels/configs/<file>.json
 Per batch size it tries a few row blocks (BLOCK_M, shared by the grouping and both GEMMs), times each GEMM's
 candidates alone (triton do_bench: median, L2 flushed between calls), keeps the fastest sum, and checks the chosen
-config against the fp32 reference before writing it. Batch sizes the small path takes (moe_small_triton) also get its two kernels' tiles,
-gate_up first, then down with the best gate_up; both timed together, as they always run.
+config against the fp32 reference before writing it. Batch sizes the small path takes (moe_small_triton) also get
+its two kernels' tiles, gate_up first, then down with the best gate_up; both timed together, as they always run.
+`--batch-sizes 1 2 4 --update <shipped JSON>` retunes a few sizes and keeps the file's other entries.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 import multiprocessing
 import os
 import time
+from pathlib import Path
 from typing import Callable, NamedTuple
 
 import torch
@@ -81,9 +83,11 @@ def small_candidates(kind: str) -> list[GemmConfig]:
     """Small-path tiles (16 rows): gate_up wants enough N tiles to fill the GPU at 8 experts, down enough at one
     token's H outputs; smem per stage is (16 x bk + b_tiles x bk x bn) x 2 bytes."""
     if kind == "gate_up":
-        grid = [(bn, bk, 4, st) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
+        grid = [(bn, bk, w, st) for bn in (16, 32, 64) for bk in (64, 128, 256) for w in (2, 4, 8)
+                for st in (3, 4, 5)]
     else:
-        grid = [(bn, bk, 4, st) for bn in (16, 32) for bk in (128, 256, 512) for st in (3, 4, 5)]
+        grid = [(bn, bk, w, st) for bn in (16, 32) for bk in (64, 128, 256, 512) for w in (2, 4, 8)
+                for st in (2, 3, 4, 5)]
     b_tiles = 2 if kind == "gate_up" else 1
     return [GemmConfig(*c) for c in grid if c[3] * (16 * c[1] + b_tiles * c[1] * c[0]) * 2 <= SMEM_LIMIT]
 
@@ -194,12 +198,15 @@ def precompile_one(task: tuple[str, Shape, int, GemmConfig]) -> str:
         return f"{kind} {block_m} {cfg}: {type(err).__name__}"
 
 
-def precompile(workers: int) -> None:
-    """Fill Triton's on-disk cache with every candidate in parallel: compiling is most of the tuning time."""
-    tasks = [(kind, shape, block_m, cfg) for shape in SHAPES for block_m in (16, 32, 64, 128)
+def precompile(workers: int, batch_sizes: list[int]) -> None:
+    """Fill Triton's on-disk cache with every candidate these batch sizes try, in parallel: compiling is most of the
+    tuning time."""
+    block_ms = {bm for shape in SHAPES for m in batch_sizes for bm in block_m_choices(m * shape.top_k / shape.experts)}
+    tasks = [(kind, shape, block_m, cfg) for shape in SHAPES for block_m in sorted(block_ms)
              for kind, tiles in (("gate_up", 2), ("down", 1)) for cfg in gemm_candidates(block_m, tiles)]
-    tasks += [(f"small_{kind}", shape, 16, cfg) for shape in SHAPES for kind in ("gate_up", "down")
-              for cfg in small_candidates(kind)]
+    if min(batch_sizes) <= SMALL_PATH_MAX_TOKENS:
+        tasks += [(f"small_{kind}", shape, 16, cfg) for shape in SHAPES for kind in ("gate_up", "down")
+                  for cfg in small_candidates(kind)]
     t0 = time.monotonic()
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         results = pool.map(precompile_one, tasks, chunksize=1)
@@ -222,15 +229,18 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="config JSON to write")
     parser.add_argument("--log", default=None, help="per-candidate timings JSON")
     parser.add_argument("--budget-s", type=float, default=240.0, help="stop tuning new batch sizes after this")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=BATCH_SIZES, help="tune only these")
+    parser.add_argument("--update", type=Path, default=None,
+                        help="a config JSON whose entries are kept where this run tunes nothing (e.g. the shipped one)")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="parallel compiles (0: none)")
     args = parser.parse_args()
     start = time.monotonic()
     if args.workers > 0:
-        precompile(args.workers)
-    result: dict[str, dict[str, dict]] = {}
+        precompile(args.workers, args.batch_sizes)
+    result: dict[str, dict[str, dict]] = json.loads(args.update.read_text())["shapes"] if args.update else {}
     log: list[dict] = []
     tensors = {shape.name: make_tensors(shape) for shape in SHAPES}
-    for m in BATCH_SIZES:
+    for m in args.batch_sizes:
         for shape in SHAPES:
             if time.monotonic() - start > args.budget_s:
                 print(f"budget spent: {shape.name} M={m} left untuned", flush=True)
