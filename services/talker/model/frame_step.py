@@ -1,9 +1,14 @@
 """One talker frame for a batch of rows with fixed shapes and no host sync: the work the CUDA graphs capture.
 
 The same math as `TalkerRunner`'s eager step (the reference it is tested against), on the runtime's kernels:
-fused residual-add RMSNorm, q/k RMSNorm + rotary in one launch, one q/k/v GEMM, paged decode attention over the
-rows' KV slots, the Triton MoE with the talker's shared expert. On CPU every kernel entry point falls back to
-its PyTorch reference, so the CPU tests run this very code.
+fused residual-add RMSNorm (the MoE router's logits inside the norm), one q/k/v GEMM, q/k RMSNorm + rotary with the
+k/v store into the paged cache in one launch, paged attention over the rows' KV slots, the Triton MoE, the shared
+expert's gate inside its gate/up GEMM. On CPU every kernel entry point falls back to its PyTorch reference, so the
+CPU tests run this very code.
+
+The frame is launch-bound (~2,000 small kernels at one row), so whatever depends only on the batch size (the code
+predictor's rotary tables, cache slots and sequence lengths for each of its 15 steps; the block tables) is built
+once per batch size, off the CUDA-graph capture, and the sampling settings are prepared once per frame.
 
 A frame: the code predictor fills codebooks 1..15 from the row's last talker state and code 0 (15 small dense
 steps, every row at the same position), the frame's embeddings plus the row's next text embedding feed one
@@ -19,16 +24,18 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from runtime.attention import allocate_kv_cache, write_kv
-from runtime.kernels import (
-    fused_add_rmsnorm, fused_moe, paged_attention, paged_decode_attention, qk_norm_rope,
-)
+from runtime.attention import allocate_kv_cache
+from runtime.kernels import fused_add_rmsnorm, paged_attention
 from runtime.kernels.activation import silu_mul
-from services.talker.model.fused import AttentionWeights, predictor_weights, talker_weights
+from runtime.kernels.fused_moe import routed_moe
+from runtime.kernels.rmsnorm import fused_add_rmsnorm_router, qk_norm_rope_cache
+from services.talker.model.fused import AttentionWeights, SharedExpertWeights, predictor_weights, talker_weights
 from services.talker.model.kv import KVPool
 from services.talker.model.layers import rope_cos_sin
 from services.talker.model.load import TalkerModel
-from services.talker.model.sampling import TalkerSampling, draw, draw_among_top, penalize, warp
+from services.talker.model.sampling import (
+    TalkerSampling, TopKnobs, draw_among_top, exponentials, penalize, race, warp,
+)
 
 # Columns of FrameInputs.knobs, one row per batch row.
 DO_SAMPLE, TEMPERATURE, TOP_K, TOP_P, PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P, PENALTY = range(8)
@@ -40,6 +47,10 @@ Mode = Literal["greedy", "topk", "full"]
 MODES: tuple[Mode, ...] = ("greedy", "topk", "full")
 TOP_WIDTH = 64
 PREDICTOR_BLOCK = 32  # code-predictor positions a row may use in one frame (talker state + 16 codebooks = 17)
+# Fewer rows than this go through a padded buffer into the GEMMs with hidden-size (1024) outputs (o_proj, the
+# shared expert's down): at 1-2 rows cuBLAS picks a kernel for them at ~10.7 us on the H200 (115 calls a frame),
+# at 8 the ~5 us one the other projections already get; the copy into the buffer costs less than the difference.
+GEMM_MIN_ROWS = 8
 
 
 def frame_mode(samplings: Iterable[TalkerSampling]) -> Mode:
@@ -98,6 +109,82 @@ class FrameOutputs:
     next_code0: torch.Tensor  # (B,) long: codebook 0 of the next frame
 
 
+class PaddedLinear:
+    """F.linear that, when `enabled` (on CUDA), gives fewer than `min_rows` rows to the GEMM as `min_rows` (see
+    GEMM_MIN_ROWS): the rows are copied into a persistent buffer per width, whose other rows (zeros or stale rows of
+    an earlier call) only feed output rows that are dropped."""
+
+    def __init__(self, min_rows: int, enabled: bool) -> None:
+        self.min_rows = min_rows
+        self.enabled = enabled
+        self._buffers: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        rows, width = x.shape
+        if not self.enabled or rows >= self.min_rows:
+            return F.linear(x, weight)
+        buffer = self._buffers.get((width, x.dtype))
+        if buffer is None:  # the first (warm-up) call of a width allocates it, off any graph capture
+            buffer = self._buffers[(width, x.dtype)] = x.new_zeros(self.min_rows, width)
+        buffer[:rows].copy_(x)
+        return F.linear(buffer, weight)[:rows]
+
+
+@dataclass(frozen=True)
+class _PredictorStep:
+    """One of the code predictor's steps for a batch size: its B * steps tokens are (row, position) in row-major
+    order, steps being 2 at the first step (talker state and code 0), then 1."""
+
+    cos: torch.Tensor  # (B * steps, head_dim)
+    sin: torch.Tensor
+    slots: torch.Tensor  # (B * steps,) long: flat cache slots (row b owns block b)
+    kv_lens: torch.Tensor  # (B,) int32: positions cached after the step
+    cu_seqlens: torch.Tensor  # (B + 1,) int32
+
+
+@dataclass(frozen=True)
+class _BatchPlan:
+    """Device tensors that depend only on the batch size: built on a batch size's first frame (the graph capture's
+    warm-up), then read by every frame of that size instead of ~15 small kernels per predictor step."""
+
+    predictor: list[_PredictorStep]  # one per codebook 1..G-1
+    predictor_tables: torch.Tensor  # (B, 1) int32: row b's predictor block
+    decode_cu_seqlens: torch.Tensor  # (B + 1,) int32: one talker query per row
+    seen_marks: torch.Tensor  # (B,) bool, all True: what a frame writes into the seen-codes table
+
+
+@dataclass(frozen=True)
+class _Picker:
+    """How a frame picks one code per row from `(B, V)` logits, the rows' settings prepared once per frame."""
+
+    sample: torch.Tensor | None  # (B,) bool: rows that draw (None: a greedy frame); the others take the argmax
+    top: TopKnobs | None  # "topk" mode
+    full: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # "full" mode: temperature, top_k, top_p
+
+    @classmethod
+    def build(cls, knobs: torch.Tensor, columns: tuple[int, int, int], mode: Mode) -> _Picker:
+        if mode == "greedy":
+            return cls(None, None, None)
+        temperature, top_k, top_p = (knobs[:, c] for c in columns)
+        sample = knobs[:, DO_SAMPLE] > 0
+        if mode == "topk":
+            return cls(sample, TopKnobs.build(temperature, top_k, top_p, TOP_WIDTH), None)
+        return cls(sample, None, (temperature, top_k.long(), top_p))
+
+    def __call__(self, logits: torch.Tensor, exps: torch.Tensor | None) -> torch.Tensor:
+        """argmax for greedy rows; temperature/top-k/top-p then the seeded exponential race for sampling rows."""
+        greedy = logits.argmax(dim=-1)
+        if self.sample is None:
+            return greedy
+        assert exps is not None
+        if self.top is not None:
+            drawn = draw_among_top(logits, self.top, exps)
+        else:
+            assert self.full is not None
+            drawn = race(warp(logits, *self.full), exps)
+        return torch.where(self.sample, drawn, greedy)
+
+
 class FrameStep:
     """Holds the fused weights and reads/writes the runner's slot tables; `__call__` runs one frame for a batch."""
 
@@ -113,65 +200,93 @@ class FrameStep:
             raise ValueError(f"{pcfg.num_code_groups} code groups need more than {PREDICTOR_BLOCK} predictor positions")
         self.predictor_kv = allocate_kv_cache(len(self.predictor), kv.num_slots + 1, PREDICTOR_BLOCK,
                                               pcfg.num_kv_heads, pcfg.head_dim, model.dtype, model.device)
+        # every slot's fixed run of talker KV blocks, so a frame's block tables are one gather
+        self.block_tables = kv.block_tables(torch.arange(kv.num_slots + 1, device=model.device))
+        # the predictor's rotary table over its block's positions (every row sits at the same ones)
+        self.predictor_rope = rope_cos_sin(torch.arange(PREDICTOR_BLOCK, device=model.device),
+                                           model.predictor.inv_freq, model.dtype)
+        self.linear = PaddedLinear(GEMM_MIN_ROWS, model.device.type == "cuda")
+        self._plans: dict[int, _BatchPlan] = {}
 
     def __call__(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
         """One frame; `mode` (see `frame_mode`) must suit every row's sampling settings."""
         model, knobs, tables, slots = self.model, inp.knobs, self.tables, inp.slots
+        plan = self._plan(slots.shape[0])
         code0 = tables.code0[slots]
         code0_embed = model.lm.codec_embedding(code0)
-        codes, embed_sum = self._predict(tables.hidden[slots], code0_embed, knobs, inp.predictor_noise, mode)
+        codes, embed_sum = self._predict(plan, tables.hidden[slots], code0_embed, knobs, inp.predictor_noise, mode)
         x = embed_sum + model.text_embeds(inp.text_ids)
-        hidden = self._talker(x, inp.positions, slots, inp.cache_len)
+        hidden = self._talker(plan, x, inp.positions, slots, inp.cache_len)
         logits = model.lm.codec_head(hidden).float()
         logits = penalize(logits, tables.seen[slots], knobs[:, PENALTY])
         logits = logits.masked_fill(self.suppress, float("-inf"))
-        next_code0 = _pick(logits, knobs, (TEMPERATURE, TOP_K, TOP_P), inp.talker_noise, mode)
-        tables.seen.index_put_((slots, next_code0), torch.ones_like(next_code0, dtype=torch.bool))
+        pick = _Picker.build(knobs, (TEMPERATURE, TOP_K, TOP_P), mode)
+        next_code0 = pick(logits, None if mode == "greedy" else exponentials(inp.talker_noise))
+        tables.seen.index_put_((slots, next_code0), plan.seen_marks)
         tables.code0.index_copy_(0, slots, next_code0)
         tables.hidden.index_copy_(0, slots, hidden)
         return FrameOutputs(torch.cat((code0[:, None], codes), dim=1), hidden, next_code0)
 
+    def _plan(self, batch: int) -> _BatchPlan:
+        plan = self._plans.get(batch)
+        if plan is None:
+            plan = self._plans[batch] = self._build_plan(batch)
+        return plan
+
+    def _build_plan(self, batch: int) -> _BatchPlan:
+        dev = self.model.device
+        rows = torch.arange(batch, dtype=torch.int32, device=dev)
+        cos_table, sin_table = self.predictor_rope
+        steps_list, start = [], 0
+        for g in range(1, self.model.cfg.num_code_groups):
+            steps = 2 if g == 1 else 1
+            positions = torch.arange(start, start + steps, device=dev)
+            steps_list.append(_PredictorStep(
+                cos_table[start:start + steps].repeat(batch, 1), sin_table[start:start + steps].repeat(batch, 1),
+                (rows[:, None] * PREDICTOR_BLOCK + positions).flatten(),
+                torch.full((batch,), start + steps, dtype=torch.int32, device=dev),
+                torch.arange(0, (batch + 1) * steps, steps, dtype=torch.int32, device=dev),
+            ))  # fmt: skip
+            start += steps
+        return _BatchPlan(steps_list, rows[:, None], torch.arange(batch + 1, dtype=torch.int32, device=dev),
+                          torch.ones(batch, dtype=torch.bool, device=dev))
+
     # --- code predictor ----------------------------------------------------------------------------------------
 
     def _predict(
-        self, past: torch.Tensor, code0_embed: torch.Tensor, knobs: torch.Tensor, noise: torch.Tensor, mode: Mode
+        self, plan: _BatchPlan, past: torch.Tensor, code0_embed: torch.Tensor, knobs: torch.Tensor,
+        noise: torch.Tensor, mode: Mode,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Codebooks 1..G-1 `(B, G-1)` and the sum of the frame's G embeddings `(B, hidden)` (CodePredictor.predict)."""
         predictor = self.model.predictor
+        pick = _Picker.build(knobs, (PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P), mode)
+        exps = None if mode == "greedy" else exponentials(noise)  # every codebook's at once
         x = torch.stack((past, code0_embed), dim=1)  # (B, 2, hidden): position 0 the talker state, 1 code 0
-        embeds, codes, start = [code0_embed], [], 0
-        for g in range(1, predictor.cfg.num_code_groups):
-            last = self._predictor_forward(x, start)
-            start += x.shape[1]
+        embeds, codes = [code0_embed], []
+        for g, step in enumerate(plan.predictor, start=1):
+            last = self._predictor_forward(x, step, plan.predictor_tables)
             logits = predictor.lm_head[g - 1](last).float()
-            code = _pick(logits, knobs, (PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P), noise[:, g - 1], mode)
+            code = pick(logits, None if exps is None else exps[:, g - 1])
             codes.append(code)
             embeds.append(predictor.codec_embedding[g - 1](code))
             x = embeds[-1][:, None]
         return torch.stack(codes, dim=1), torch.stack(embeds, dim=1).sum(dim=1)
 
-    def _predictor_forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """x `(B, T, hidden)` at positions start..start+T-1 (every row alike) -> the last position's normed state.
+    def _predictor_forward(self, x: torch.Tensor, step: _PredictorStep, block_tables: torch.Tensor) -> torch.Tensor:
+        """x `(B, T, hidden)` at the step's positions (every row alike) -> the last position's normed state.
 
         Row b keeps this frame's keys in block b of `predictor_kv` (fresh every frame: the first step writes
         positions 0 and 1, later steps one each, and attention reads only what this frame wrote).
         """
         batch, steps, dim = x.shape
-        predictor, dev = self.model.predictor, x.device
-        cos, sin = rope_cos_sin(torch.arange(start, start + steps, device=dev), predictor.inv_freq, x.dtype)
-        cos, sin = cos.repeat(batch, 1), sin.repeat(batch, 1)  # (B*T, D): row-major tokens
-        rows = torch.arange(batch, dtype=torch.int32, device=dev)
-        write_at = (rows[:, None] * PREDICTOR_BLOCK + torch.arange(start, start + steps, device=dev)).flatten()
-        kv_lens = torch.full((batch,), start + steps, dtype=torch.int32, device=dev)
-        cu_seqlens = torch.arange(0, (batch + 1) * steps, steps, dtype=torch.int32, device=dev)
+        predictor = self.model.predictor
         h, residual = x.reshape(batch * steps, dim), None
         for w, kv_cache in zip(self.predictor, self.predictor_kv):
             a = w.attn
             normed, residual = fused_add_rmsnorm(h, residual, a.input_norm, a.eps)
-            q, k, v = _qkv(normed, a, cos, sin)
-            write_kv(kv_cache, k, v, write_at)
-            out = paged_attention(q.contiguous(), kv_cache, rows[:, None], kv_lens, cu_seqlens, steps)
-            out = F.linear(out.reshape(batch * steps, -1), a.o)
+            q = _attention_query(normed, a, step.cos, step.sin, kv_cache, step.slots)
+            out = paged_attention(q, kv_cache, block_tables, step.kv_lens, step.cu_seqlens, steps)
+            out = self.linear(out.reshape(batch * steps, -1), a.o)
             normed, residual = fused_add_rmsnorm(out, residual, a.post_norm, a.eps)
             h = F.linear(silu_mul(F.linear(normed, w.gate_up)), w.down)
         last = lambda t: t.view(batch, steps, dim)[:, -1]  # noqa: E731 - the norm is per token: only the last one
@@ -180,51 +295,45 @@ class FrameStep:
     # --- talker decode step ------------------------------------------------------------------------------------
 
     def _talker(
-        self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, cache_len: torch.Tensor
+        self, plan: _BatchPlan, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, cache_len: torch.Tensor
     ) -> torch.Tensor:
         """One decode position per row: x `(B, hidden)` -> final-normed state `(B, hidden)`; writes the rows' K/V."""
         lm, kv = self.model.lm, self.kv
         cos, sin = rope_cos_sin(positions, lm.inv_freq, x.dtype)  # (B, D)
-        tables = kv.block_tables(slots)
+        tables = self.block_tables[slots]
         kv_lens = (cache_len + 1).to(torch.int32)
         write_at = slots * kv.slot_stride + cache_len
         h, residual = x, None
         for i, w in enumerate(self.talker):
             a = w.attn
             normed, residual = fused_add_rmsnorm(h, residual, a.input_norm, a.eps)
-            q, k, v = _qkv(normed, a, cos, sin)
-            write_kv(kv.layers[i], k, v, write_at)
-            out = paged_decode_attention(q.contiguous(), kv.layers[i], tables, kv_lens)  # (B, Hq, D)
-            out = F.linear(out.reshape(x.shape[0], -1), a.o)
-            normed, residual = fused_add_rmsnorm(out, residual, a.post_norm, a.eps)
-            h = fused_moe(normed, w.router, w.experts_gate_up, w.experts_down, w.top_k, w.norm_topk_prob, w.shared)
+            q = _attention_query(normed, a, cos, sin, kv.layers[i], write_at)
+            out = paged_attention(q, kv.layers[i], tables, kv_lens, plan.decode_cu_seqlens, 1)  # (B, Hq, D)
+            out = self.linear(out.reshape(x.shape[0], -1), a.o)
+            normed, residual, router_logits = fused_add_rmsnorm_router(out, residual, a.post_norm, w.router, a.eps)
+            routed = routed_moe(normed, router_logits, w.experts_gate_up, w.experts_down, w.top_k, w.norm_topk_prob)
+            h = self._shared_expert(normed, w.shared, routed)
         return fused_add_rmsnorm(h, residual, lm.norm.weight, lm.norm.eps).normed
 
+    def _shared_expert(self, x: torch.Tensor, s: SharedExpertWeights, routed: torch.Tensor) -> torch.Tensor:
+        """routed + sigmoid(x @ gate^T) * down(silu(gate_proj(x)) * up_proj(x)), the gate's logit from the same GEMM
+        as gate/up and the sum in one launch."""
+        width = 2 * s.intermediate
+        gate_up_gate = F.linear(x, s.gate_up_gate)  # (T, 2I + 1 + padding)
+        out = self.linear(silu_mul(gate_up_gate[:, :width]), s.down)
+        return torch.addcmul(routed, torch.sigmoid(gate_up_gate[:, width:width + 1]), out)
 
-def _qkv(
-    x: torch.Tensor, a: AttentionWeights, cos: torch.Tensor, sin: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x `(T, hidden)` -> normed, rotated q `(T, Hq, D)`, k `(T, Hkv, D)` and v `(T, Hkv, D)` from one GEMM."""
+
+def _attention_query(
+    x: torch.Tensor, a: AttentionWeights, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor,
+    slots: torch.Tensor,
+) -> torch.Tensor:
+    """x `(T, hidden)` -> normed, rotated q `(T, Hq, D)` from one q/k/v GEMM; the normed, rotated k and v are stored
+    at their flat `slots` of `kv_cache` in the same launch (on CPU: the reference norm, rope and write)."""
     tokens = x.shape[0]
     q_width, kv_width = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
     qkv = F.linear(x, a.qkv)
     q = qkv[:, :q_width].view(tokens, a.num_heads, a.head_dim)
     k = qkv[:, q_width:q_width + kv_width].view(tokens, a.num_kv_heads, a.head_dim)
     v = qkv[:, q_width + kv_width:].view(tokens, a.num_kv_heads, a.head_dim)
-    q, k = qk_norm_rope(q, k, a.q_norm, a.k_norm, cos, sin, a.eps)
-    return q, k, v
-
-
-def _pick(
-    logits: torch.Tensor, knobs: torch.Tensor, columns: tuple[int, int, int], noise: torch.Tensor, mode: Mode
-) -> torch.Tensor:
-    """argmax for greedy rows; temperature/top-k/top-p then the seeded exponential-race draw for sampling rows."""
-    greedy = logits.argmax(dim=-1)
-    if mode == "greedy":
-        return greedy
-    temperature, top_k, top_p = (knobs[:, c] for c in columns)
-    if mode == "topk":
-        drawn = draw_among_top(logits, temperature, top_k.long(), top_p, noise, TOP_WIDTH)
-    else:
-        drawn = draw(warp(logits, temperature, top_k.long(), top_p), noise)
-    return torch.where(knobs[:, DO_SAMPLE] > 0, drawn, greedy)
+    return qk_norm_rope_cache(q, k, v, a.q_norm, a.k_norm, cos, sin, kv_cache, slots, a.eps)

@@ -102,3 +102,31 @@ def test_prefill_graphs_of_several_rows_equal_eager_prefills(demo_ckpt: Path) ->
         assert state.cache_len == alone.cache_len
         assert (got - want).abs().max().item() <= 0.05 * want.abs().max().item()
         eager.release(alone)
+
+
+def test_fast_step_gemm_pieces_match_their_references_in_bf16(demo_ckpt: Path) -> None:
+    """On CUDA the fast step pads few-row GEMMs and computes the shared expert's gate inside its gate/up GEMM: both
+    give what F.linear and the runtime's shared-expert reference give, within bf16 rounding."""
+    import torch.nn.functional as F
+
+    from runtime.kernels.moe_reference import SharedExpert, shared_expert_forward
+    from services.talker.model.generate import TalkerRunner
+
+    model = load_talker_model(demo_ckpt, "cuda", torch.bfloat16)
+    runner = TalkerRunner(model, 4, 64, fast=True)
+    assert runner.frames is not None
+    step = runner.frames.step
+    assert step.linear.enabled
+    moe = model.lm.layers[0].mlp
+    shared = SharedExpert(torch.cat((moe.shared_expert.gate_proj.weight, moe.shared_expert.up_proj.weight)),
+                          moe.shared_expert.down_proj.weight, moe.shared_expert_gate.weight)  # fmt: skip
+    for rows in (1, 3, 8):
+        x = torch.randn(rows, model.cfg.lm.hidden_size, device="cuda", dtype=torch.bfloat16)
+        routed = torch.randn_like(x)
+        want = (routed + shared_expert_forward(x, shared)).float()
+        got = step._shared_expert(x, step.talker[0].shared, routed).float()
+        assert (got - want).abs().max().item() <= 0.02 * want.abs().max().item()
+        o = step.talker[0].attn.o
+        h = torch.randn(rows, o.shape[1], device="cuda", dtype=torch.bfloat16)
+        want_o = F.linear(h, o).float()
+        assert (step.linear(h, o).float() - want_o).abs().max().item() <= 0.02 * want_o.abs().max().item()

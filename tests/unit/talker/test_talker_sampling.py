@@ -7,7 +7,9 @@ from transformers.generation.logits_process import (
     RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
 )
 
-from services.talker.model.sampling import TalkerSampling, draw, draw_among_top, penalize, warp
+from services.talker.model.sampling import (
+    TalkerSampling, TopKnobs, draw, draw_among_top, exponentials, penalize, race, warp,
+)
 
 
 def test_penalty_matches_transformers() -> None:
@@ -63,7 +65,17 @@ def test_draw_among_top_equals_the_full_vocabulary_draw() -> None:
     temperature = torch.rand(rows, generator=gen) + 0.3
     top_k = torch.randint(1, 65, (rows,), generator=gen)
     top_p = torch.where(torch.arange(rows) % 3 == 0, torch.ones(rows), torch.rand(rows, generator=gen) * 0.9 + 0.05)
+    knobs = TopKnobs.build(temperature, top_k.float(), top_p, 64)  # float columns, as a frame's knobs hold them
     for _ in range(5):
         noise = torch.rand(rows, vocab, generator=gen)
         full = draw(warp(logits, temperature, top_k, top_p), noise)
-        assert torch.equal(draw_among_top(logits, temperature, top_k, top_p, noise, 64), full)
+        assert torch.equal(draw_among_top(logits, knobs, exponentials(noise)), full)
+
+
+def test_race_on_exponentials_is_the_draw() -> None:
+    """A frame turns all its uniforms into exponentials once; racing on a slice of them is the row's own draw."""
+    gen = torch.Generator().manual_seed(4)
+    logits, noise = torch.randn(3, 5, 40, generator=gen), torch.rand(3, 5, 40, generator=gen)
+    exps = exponentials(noise)
+    for group in range(5):
+        assert torch.equal(race(logits[:, group], exps[:, group]), draw(logits[:, group], noise[:, group]))
