@@ -83,11 +83,9 @@ def small_candidates(kind: str) -> list[GemmConfig]:
     """Small-path tiles (16 rows): gate_up wants enough N tiles to fill the GPU at 8 experts, down enough at one
     token's H outputs; smem per stage is (16 x bk + b_tiles x bk x bn) x 2 bytes."""
     if kind == "gate_up":
-        grid = [(bn, bk, w, st) for bn in (16, 32, 64) for bk in (64, 128, 256) for w in (2, 4, 8)
-                for st in (3, 4, 5)]
+        grid = [(bn, bk, w, st) for bn in (16, 32, 64) for bk in (128, 256) for w in (4, 8) for st in (3, 4, 5)]
     else:
-        grid = [(bn, bk, w, st) for bn in (16, 32) for bk in (64, 128, 256, 512) for w in (2, 4, 8)
-                for st in (2, 3, 4, 5)]
+        grid = [(bn, bk, w, st) for bn in (16, 32) for bk in (128, 256, 512) for w in (2, 4, 8) for st in (3, 4, 5)]
     b_tiles = 2 if kind == "gate_up" else 1
     return [GemmConfig(*c) for c in grid if c[3] * (16 * c[1] + b_tiles * c[1] * c[0]) * 2 <= SMEM_LIMIT]
 
