@@ -2,14 +2,17 @@
 
     python bench/vision/bench_vision_tower.py --out bench/results/vision_tower_h200.json        # real dims, GPU
     python bench/vision/bench_vision_tower.py --tiny --out /tmp/vision_tiny.json                # CPU smoke test
+    python bench/vision/bench_vision_tower.py --linear fp8 --out bench/results/vision_tower_fp8_h200.json
 
 Workloads (real dims): 8 images at 448×448, 8 images at 1280×720 (smart_resize → 1280×704), a 60 s video at
 2 fps and 448×448 (120 frames, 47,040 patches). Each is timed through the whole tower once per attention backend
 (`--attention`, default every backend the device takes; "ours" is the first) and through the attention call
-alone. On the video's shapes: the q/k rotary (fused kernel vs PyTorch), fc1 + GELU (GEMM epilogue vs separate),
-residual add + LayerNorm (one Triton pass vs PyTorch's add then norm, with a sweep of the kernel's launch
-shapes on CUDA), the patch embed as one GEMM vs the Conv3d it replaces, and the uint8 → patches preprocessing.
-Medians over `--iters` timed runs after `--warmup`.
+alone. With `--linear fp8` "ours" runs its block linears in FP8; each workload is then also timed through the same
+tower with native linears, and the FP8 outputs are compared with the native ones (relative error, cosine). On the
+video's shapes: each block linear native vs FP8 (quantization, GEMM with fast and precise accumulation, both), the
+q/k rotary (fused kernel vs PyTorch), fc1 + GELU (GEMM epilogue vs separate), residual add + LayerNorm (one Triton
+pass vs PyTorch's add then norm, with a sweep of the kernel's launch shapes on CUDA), the patch embed as one GEMM vs
+the Conv3d it replaces, and the uint8 → patches preprocessing. Medians over `--iters` timed runs after `--warmup`.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +35,12 @@ import torch
 import torch.nn.functional as F
 
 from runtime.kernels._backend import use_triton
+from runtime.kernels.fp8_quant import quantize_rows
 from runtime.kernels.layernorm import add_layernorm, add_layernorm_reference
 from runtime.kernels.vision_rotary import vision_rotary, vision_rotary_reference
-from services.vision.model import Grid, VisionTower, VisionTowerConfig
+from services.vision.model import Grid, VisionOutput, VisionTower, VisionTowerConfig
 from services.vision.model.attention import ATTENTION_BACKENDS, select_attention
+from services.vision.model.fp8_linear import LINEAR_DTYPES, Fp8Linear, check_linear_dtype
 from services.vision.model.plan import build_plan
 from services.vision.preprocess import VisionPreprocessor
 from runtime.vision_processing import VisionProcessingConfig
@@ -142,14 +148,28 @@ def random_state(cfg: VisionTowerConfig, seed: int) -> dict[str, torch.Tensor]:
     return {name: torch.randn(shape, generator=gen) * 0.02 for name, shape in shapes.items()}
 
 
+def compare_outputs(got: VisionOutput, want: VisionOutput) -> dict[str, Any]:
+    """Relative error ||got - want|| / ||want|| and cosine similarity of the merged output and of each deepstack one."""
+
+    def compare(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+        a, b = a.double().flatten(), b.double().flatten()
+        return {"rel_err": float((a - b).norm() / b.norm()), "cosine": float(F.cosine_similarity(a, b, dim=0))}
+
+    return {"merged": compare(got.merged, want.merged),
+            "deepstack": [compare(a, b) for a, b in zip(got.deepstack, want.deepstack)]}
+
+
 def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     cfg = TINY if args.tiny else REAL
+    check_linear_dtype(args.linear, device, dtype)  # before building anything
     hf = None if args.skip_hf else reference_tower(cfg, device, dtype)
     state = hf.state_dict() if hf is not None else random_state(cfg, seed=0)
     choices = attention_choices(args.attention, device, dtype)
-    ours = VisionTower.from_state_dict(cfg, state, device, dtype, attention=choices[0])
+    ours = VisionTower.from_state_dict(cfg, state, device, dtype, attention=choices[0], linear_dtype=args.linear)
+    # the same weights with native linears: what FP8 is timed and measured against
+    native = ours if args.linear == "native" else VisionTower.from_state_dict(cfg, state, device, dtype, choices[0])
     results: dict[str, Any] = {"attention_backend": ours.attention_backend, "attention_choices": choices,
-                               "workloads": {}, "attention_only": {}}
+                               "linear_dtype": ours.linear_dtype, "workloads": {}, "attention_only": {}}
     gen = torch.Generator().manual_seed(0)
     for work in workloads(args.tiny):
         num_patches = sum(g.num_patches for g in work.grids)
@@ -165,6 +185,10 @@ def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dty
             row["by_attention"][name] = run(lambda: ours(patches, work.grids), device, args.warmup, args.iters)
         row["ours"] = dict(row["by_attention"][choices[0]])
         row["ours"]["items_per_s"] = work.items / (row["ours"]["median_ms"] / 1e3)
+        if native is not ours:
+            row["native_linears"] = timed(lambda: native(patches, work.grids), device, args.warmup, args.iters)
+            row["native_over_ours"] = row["native_linears"]["median_ms"] / row["ours"]["median_ms"]
+            row["accuracy_vs_native"] = compare_outputs(ours(patches, work.grids), native(patches, work.grids))
         if hf is not None:
             grid_thw = torch.tensor([list(g) for g in work.grids], device=device)
             with torch.inference_mode():
@@ -175,8 +199,14 @@ def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dty
         print(f"{work.name}: {json.dumps(row)}", flush=True)
     ours.use_attention(choices[0])
     video = workloads(args.tiny)[-1]
+    try:
+        check_linear_dtype("fp8", device, dtype)
+    except ValueError as err:  # no FP8 GEMM here: say why instead of timing it
+        results["block_linears"] = {"skipped": str(err)}
+    else:
+        results["block_linears"] = bench_block_linears(cfg, native, video, device, dtype, args)
     results["rotary"] = bench_rotary(cfg, ours, video, device, dtype, args)
-    results["mlp_fc1"] = bench_fc1_gelu(cfg, ours, video, device, dtype, args)
+    results["mlp_fc1"] = bench_fc1_gelu(cfg, native, video, device, dtype, args)
     results["add_layernorm"] = bench_add_layernorm(cfg, ours, video, device, dtype, args)
     results["patch_embed"] = bench_patch_embed(cfg, ours, video, device, dtype, args)
     results["preprocess"] = bench_preprocess(video, device, args)
@@ -199,6 +229,70 @@ def bench_attention(
     return row
 
 
+# calls queued back to back per timed sample of a block linear or its parts (the quantization pass is ~0.1 ms)
+LINEAR_CALLS = 10
+
+
+def bench_block_linears(
+    cfg: VisionTowerConfig, native: VisionTower, work: Workload, device: torch.device, dtype: torch.dtype,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Block 0's qkv, proj, fc1 and fc2 on the video's rows: as the native tower runs them (fc1 with GELU in its
+    GEMM's epilogue on CUDA) vs as FP8 linears, whole and in parts (the per-row quantization, the FP8 GEMM with fast
+    and with precise accumulation). The FP8 tower moves fc1's GELU into fc2's quantization, so compare the sums over
+    the four layers. tflop_s counts 2·rows·in·out per GEMM, the quantization's gb_per_s the bytes it moves; rel_err
+    and cosine compare each FP8 layer's output with the native layer's (fc1 before its GELU)."""
+    rows = sum(g.num_patches for g in work.grids)
+    block = native.blocks[0]
+    layers = {"qkv": block.attn.qkv, "proj": block.attn.proj, "fc1": block.mlp.linear_fc1,
+              "fc2": block.mlp.linear_fc2}
+    epilogue = device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)  # as VisionMLP decides
+    result: dict[str, Any] = {"patches": rows, "layers": {}}
+    totals = {"native_ms": 0.0, "fp8_ms": 0.0}
+    gen = torch.Generator().manual_seed(1)
+
+    def per_call(fn: Callable[[], Any]) -> dict[str, float]:
+        return timed_per_call(fn, device, args.warmup, args.iters, LINEAR_CALLS)
+
+    with torch.inference_mode():
+        for name, layer in layers.items():
+            x = torch.randn(rows, layer.in_features, generator=gen).to(device, dtype)
+            fp8 = Fp8Linear.from_linear(layer)
+            gelu = name == "fc2"  # fc2's FP8 input quantization applies the GELU the native fc1 ran
+            quantized = quantize_rows(x, gelu)
+            if name == "fc1" and epilogue:
+                native_call = partial(torch._addmm_activation, layer.bias, x, layer.weight.t(), use_gelu=True)
+            else:
+                native_call = partial(layer, x)
+            gemm = partial(torch._scaled_mm, quantized.values, fp8.weight.t(), scale_a=quantized.scale,
+                           scale_b=fp8.weight_scale, bias=fp8.bias, out_dtype=dtype)
+            flop = 2 * rows * layer.in_features * layer.out_features
+            entry = {
+                "in": layer.in_features, "out": layer.out_features,
+                "native": per_call(native_call),
+                "quantize": per_call(partial(quantize_rows, x, gelu)),
+                "fp8_gemm_fast_accum": per_call(partial(gemm, use_fast_accum=True)),
+                "fp8_gemm_precise_accum": per_call(partial(gemm, use_fast_accum=False)),
+                "fp8": per_call(partial(fp8, x, gelu)),
+            }
+            for part in ("native", "fp8_gemm_fast_accum", "fp8_gemm_precise_accum"):
+                entry[part]["tflop_s"] = flop / (entry[part]["median_ms"] * 1e9)
+            # the pass reads x and writes one e4m3 byte per element and one float32 scale per row
+            moved = x.numel() * (x.element_size() + 1) + 4 * rows
+            entry["quantize"]["gb_per_s"] = moved / (entry["quantize"]["median_ms"] * 1e6)
+            want = layer(F.gelu(x, approximate="tanh") if gelu else x).double().flatten()
+            got = fp8(x, gelu).double().flatten()
+            entry["rel_err"] = float((got - want).norm() / want.norm())
+            entry["cosine"] = float(F.cosine_similarity(got, want, dim=0))
+            entry["native_over_fp8"] = entry["native"]["median_ms"] / entry["fp8"]["median_ms"]
+            result["layers"][name] = entry
+            totals["native_ms"] += entry["native"]["median_ms"]
+            totals["fp8_ms"] += entry["fp8"]["median_ms"]
+    result["per_block"] = {**totals, "native_over_fp8": totals["native_ms"] / totals["fp8_ms"],
+                           "saving_per_forward_ms": (totals["native_ms"] - totals["fp8_ms"]) * cfg.depth}
+    return result
+
+
 def bench_rotary(
     cfg: VisionTowerConfig, ours: VisionTower, work: Workload, device: torch.device, dtype: torch.dtype,
     args: argparse.Namespace,
@@ -215,13 +309,13 @@ def bench_rotary(
 
 
 def bench_fc1_gelu(
-    cfg: VisionTowerConfig, ours: VisionTower, work: Workload, device: torch.device, dtype: torch.dtype,
+    cfg: VisionTowerConfig, native: VisionTower, work: Workload, device: torch.device, dtype: torch.dtype,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
-    """fc1 + GELU(tanh): GEMM then a GELU pass vs GELU in the GEMM's epilogue (what the tower runs on CUDA)."""
+    """fc1 + GELU(tanh): GEMM then a GELU pass vs GELU in the GEMM's epilogue (what the native tower runs on CUDA)."""
     num_patches = sum(g.num_patches for g in work.grids)
     x = torch.randn(num_patches, cfg.hidden_size, device=device, dtype=dtype)
-    fc1 = ours.blocks[0].mlp.linear_fc1
+    fc1 = native.blocks[0].mlp.linear_fc1
     with torch.inference_mode():
         separate = timed(lambda: F.gelu(fc1(x), approximate="tanh"), device, args.warmup, args.iters)
         epilogue = timed(lambda: torch._addmm_activation(fc1.bias, x, fc1.weight.t(), use_gelu=True),
@@ -333,6 +427,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--attention", default="all",
                         help=f"comma-separated backends to time, the first being 'ours', or 'all' (default: every "
                              f"backend this device takes) from {', '.join(ATTENTION_BACKENDS)}")
+    parser.add_argument("--linear", choices=LINEAR_DTYPES, default="native",
+                        help="the tower's block linears (qkv, proj, fc1, fc2): native (the tower's dtype, default) or "
+                             "fp8 (e4m3, CUDA with compute capability >= 8.9 and bfloat16; also times the native tower "
+                             "and records the FP8 outputs' error against it)")
     parser.add_argument("--warmup", type=int, default=None, help="default: 3 (1 with --tiny)")
     parser.add_argument("--iters", type=int, default=None, help="default: 10 (2 with --tiny)")
     parser.add_argument("--skip-hf", action="store_true", help="do not time transformers' vision tower")

@@ -12,6 +12,7 @@ from runtime.kernels.layernorm import NormedResidual, add_layernorm
 from runtime.kernels.vision_rotary import vision_rotary
 from services.vision.model.attention import AttentionFn
 from services.vision.model.config import VisionTowerConfig
+from services.vision.model.fp8_linear import Fp8Linear
 from services.vision.model.plan import VisionPlan
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -53,7 +54,13 @@ class VisionMLP(nn.Module):
         self.approximate = "tanh" if cfg.hidden_act == "gelu_pytorch_tanh" else "none"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fc1 = self.linear_fc1
+        fc1, fc2 = self.linear_fc1, self.linear_fc2
+        if isinstance(fc2, Fp8Linear):
+            # fc2 quantizes its input in one pass anyway: the tanh GELU runs inside that pass, so fc1's output is read
+            # once and no GELU output is written (the FP8 GEMM has no GELU epilogue); the exact form runs before it
+            if self.approximate == "tanh":
+                return fc2(fc1(x), gelu_tanh=True)
+            return fc2(F.gelu(fc1(x)))
         if self.approximate == "tanh" and x.is_cuda and x.dtype in HALF_DTYPES and x.dim() == 2:
             # GELU in the GEMM's epilogue (cuBLASLt GELU_BIAS) saves a pass over the [N, 4304] activations. On CUDA
             # `use_gelu` is the tanh form (on CPU it is the exact form, hence CUDA only); it rounds once, after the
@@ -61,7 +68,7 @@ class VisionMLP(nn.Module):
             hidden = torch._addmm_activation(fc1.bias, x, fc1.weight.t(), use_gelu=True)
         else:
             hidden = F.gelu(fc1(x), approximate=self.approximate)
-        return self.linear_fc2(hidden)
+        return fc2(hidden)
 
 
 def add_norm(y: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> NormedResidual:

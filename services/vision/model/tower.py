@@ -13,6 +13,7 @@ from torch import nn
 from runtime.weights import load_component
 from services.vision.model.attention import select_attention, segment_sdpa
 from services.vision.model.config import VisionTowerConfig
+from services.vision.model.fp8_linear import Fp8Linear, check_linear_dtype
 from services.vision.model.grid import Grid
 from services.vision.model.layers import PatchEmbed, PatchMerger, VisionBlock, add_norm
 from services.vision.model.plan import VisionPlan, build_plan
@@ -48,18 +49,21 @@ class VisionTower(nn.Module):
         self.merger_list = nn.ModuleList([PatchMerger(cfg, norm_after_fold=True) for _ in cfg.deepstack_visual_indexes])
         self.merger = PatchMerger(cfg, norm_after_fold=False)
         self.attention_backend = "segments"
+        self.linear_dtype = "native"
         self._attend = segment_sdpa
         self._inv_freq = inv_frequencies(cfg.head_dim, cfg.rope_theta, torch.device("cpu"))
         self._plans: OrderedDict[tuple[Grid, ...], VisionPlan] = OrderedDict()
 
     @classmethod
     def load(
-        cls, ckpt_dir: Path, device: torch.device | str, dtype: torch.dtype, attention: str = "auto"
+        cls, ckpt_dir: Path, device: torch.device | str, dtype: torch.dtype, attention: str = "auto",
+        linear_dtype: str = "native",
     ) -> VisionTower:
         """Reads only `thinker.visual.*` from the checkpoint and `thinker_config.vision_config` from config.json."""
+        check_linear_dtype(linear_dtype, torch.device(device), dtype)  # before reading any weights
         cfg = VisionTowerConfig.from_checkpoint(Path(ckpt_dir))
         state = load_component(Path(ckpt_dir), CHECKPOINT_PREFIX, device=device, dtype=dtype)
-        return cls.from_state_dict(cfg, state, device, dtype, attention)
+        return cls.from_state_dict(cfg, state, device, dtype, attention, linear_dtype)
 
     @classmethod
     def from_state_dict(
@@ -69,9 +73,15 @@ class VisionTower(nn.Module):
         device: torch.device | str,
         dtype: torch.dtype,
         attention: str = "auto",
+        linear_dtype: str = "native",
     ) -> VisionTower:
-        """From tensors named as in the checkpoint without the `thinker.visual.` prefix (Conv3d kernel included)."""
+        """From tensors named as in the checkpoint without the `thinker.visual.` prefix (Conv3d kernel included).
+
+        linear_dtype: "native" runs every linear in `dtype`; "fp8" quantizes the blocks' qkv, proj, fc1 and fc2 to
+        float8_e4m3fn once here (CUDA with compute capability >= 8.9, bfloat16 only; anything else raises).
+        """
         device = torch.device(device)
+        check_linear_dtype(linear_dtype, device, dtype)  # before moving any tensor
         tensors = {name: t.to(device=device, dtype=dtype) for name, t in state.items()}
         kernel = tensors["patch_embed.proj.weight"]
         tensors["patch_embed.proj.weight"] = kernel.reshape(kernel.shape[0], -1)  # [hidden, C·T·P·P]
@@ -81,7 +91,21 @@ class VisionTower(nn.Module):
         tower.requires_grad_(False).eval()
         tower._inv_freq = inv_frequencies(cfg.head_dim, cfg.rope_theta, device)
         tower.use_attention(attention)
+        if linear_dtype == "fp8":
+            tower.quantize_block_linears()
         return tower
+
+    def quantize_block_linears(self) -> None:
+        """Swaps every block's qkv, proj, fc1 and fc2 for an `Fp8Linear` quantized from its weights. The patch embed
+        and the mergers keep the tower's dtype: the embed's GEMM is small, and the mergers' outputs reach the
+        thinker with no residual stream to dilute e4m3's error. `from_state_dict` checks the device first; this
+        swap itself runs wherever `torch._scaled_mm` does (PyTorch's CPU build included)."""
+        for block in self.blocks:
+            attn, mlp = block.attn, block.mlp
+            attn.qkv, attn.proj = Fp8Linear.from_linear(attn.qkv), Fp8Linear.from_linear(attn.proj)
+            mlp.linear_fc1 = Fp8Linear.from_linear(mlp.linear_fc1)
+            mlp.linear_fc2 = Fp8Linear.from_linear(mlp.linear_fc2)
+        self.linear_dtype = "fp8"
 
     def use_attention(self, name: str) -> None:
         """Switches the attention backend (one of `ATTENTION_BACKENDS`) for later forwards."""

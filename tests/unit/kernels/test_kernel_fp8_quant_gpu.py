@@ -1,0 +1,49 @@
+"""GPU: the per-row FP8 quantization kernel against the PyTorch reference on the vision tower's shapes.
+
+Without GELU both compute the same IEEE float32 operations and round to nearest even into e4m3, so they must agree
+bit for bit. With the fused GELU the kernel computes tanh through exp: scales within float32 rounding, values within
+one e4m3 step.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime.kernels.fp8_quant import quantize_rows, quantize_rows_reference
+from tests.unit.kernels.kernel_data import needs_cuda
+from tests.unit.kernels.test_kernel_fp8_quant_reference import max_ulp_distance, spread_rows
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not needs_cuda(), reason="needs a CUDA device")]
+
+
+def rows_on_gpu(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    return spread_rows(rows, width, seed=rows + width).to("cuda", dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("rows", "width"), [(2, 1152), (77, 40), (4096, 1152), (4096, 4304), (333, 3456)])
+def test_quantize_equals_reference_bit_for_bit(rows: int, width: int, dtype: torch.dtype) -> None:
+    pytest.importorskip("triton")
+    x = rows_on_gpu(rows, width, dtype)
+    got, want = quantize_rows(x), quantize_rows_reference(x)
+    assert torch.equal(got.scale, want.scale)
+    assert torch.equal(got.values.view(torch.uint8), want.values.view(torch.uint8))
+
+
+@pytest.mark.parametrize(("rows", "width"), [(2, 4304), (4096, 4304), (77, 40)])
+def test_quantize_with_gelu_within_one_e4m3_step(rows: int, width: int) -> None:
+    pytest.importorskip("triton")
+    x = rows_on_gpu(rows, width, torch.bfloat16)
+    got, want = quantize_rows(x, gelu_tanh=True), quantize_rows_reference(x, gelu_tanh=True)
+    torch.testing.assert_close(got.scale, want.scale, rtol=1e-6, atol=0)
+    assert max_ulp_distance(got, want) <= 1
+
+
+def test_row_strided_input_and_the_video_size() -> None:
+    """A column slice of a wider buffer (rows not contiguous) and the 60 s video's 47,040 patch rows."""
+    pytest.importorskip("triton")
+    wide = rows_on_gpu(47040, 1152 + 64, torch.bfloat16)
+    x = wide[:, 64:]
+    got, want = quantize_rows(x), quantize_rows_reference(x)
+    assert torch.equal(got.scale, want.scale)
+    assert torch.equal(got.values.view(torch.uint8), want.values.view(torch.uint8))

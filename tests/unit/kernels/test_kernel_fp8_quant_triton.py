@@ -1,0 +1,106 @@
+"""The per-row FP8 quantization Triton kernel on CPU: its arithmetic in Triton's interpreter against the reference,
+and its compilation for sm_90 (H100/H200) through Triton's compiler and the bundled ptxas.
+
+Each check runs this file as a script in a fresh process, because TRITON_INTERPRET must be set (or unset) before
+triton is imported. Scales must match the reference bit for bit (both divide with IEEE rounding). The interpreter
+converts float32 -> e4m3 its own way (ties round up, and a rounding that carries into the exponent comes out wrong),
+so the values must equal the reference's float32 rows passed through that same conversion, bit for bit; the GPU
+rounds to nearest even like PyTorch, which the GPU test checks. With the fused GELU the kernel computes tanh through
+exp, so there its scales may differ from PyTorch's tanh by float32 rounding and its values by one e4m3 step.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch  # importing torch leaves triton unimported, so the script can still set TRITON_INTERPRET first
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[3]
+BF16 = torch.bfloat16
+
+
+def run_self(mode: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(REPO)}
+    if mode == "interpret":
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, str(HERE), mode], env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_quantize_kernel_matches_reference_in_the_interpreter() -> None:
+    pytest.importorskip("triton")
+    proc = run_self("interpret")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def test_quantize_kernel_compiles_for_sm90_without_spills() -> None:
+    pytest.importorskip("triton")
+    proc = run_self("compile")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+
+
+def interpreter_e4m3(scaled: torch.Tensor) -> torch.Tensor:
+    """float32 -> float8_e4m3fn exactly as Triton's interpreter converts a kernel's `.to(float8e4nv)`."""
+    import triton.language as tl
+    from triton._C.libtriton import ir
+    from triton.runtime.interpreter import _convert_float
+
+    bits = _convert_float(scaled.numpy(), tl.float32, tl.float8e4nv, ir.ROUNDING_MODE.RTNE)
+    return torch.from_numpy(bits.astype("uint8")).view(torch.float8_e4m3fn)
+
+
+def check_interpreted(dtype: torch.dtype) -> None:
+    from runtime.kernels.fp8_quant import QuantizedRows, scale_rows_reference
+    from runtime.kernels.fp8_quant_triton import quantize_rows_triton
+    from tests.unit.kernels.test_kernel_fp8_quant_reference import max_ulp_distance, spread_rows
+
+    # several rows per program with a partial last one, one row per program, the tower's widths (1152 in, 4304 into
+    # fc2 with its GELU); the spread rows hold a zero row, a one-element row, outliers and subnormal-range values
+    for rows, width, block_rows in ((7, 40, None), (5, 48, 4), (3, 1152, None), (2, 4304, None)):
+        x = spread_rows(rows, width + 8, seed=rows * width).to(dtype)[:, 8:]  # row-strided, as a wider buffer's
+        for gelu in (False, True):
+            scaled, scale = scale_rows_reference(x, gelu)
+            want = QuantizedRows(interpreter_e4m3(scaled), scale)
+            for x_in in (x, x.contiguous()):
+                got = quantize_rows_triton(x_in, gelu, block_rows=block_rows)
+                assert got.values.is_contiguous() and got.scale.shape == (rows, 1)
+                case = (dtype, rows, width, gelu)
+                if gelu:
+                    torch.testing.assert_close(got.scale, want.scale, rtol=4e-7, atol=0)
+                    assert max_ulp_distance(got, want) <= 1, case
+                else:
+                    assert torch.equal(got.scale, want.scale), case
+                    assert torch.equal(got.values.view(torch.uint8), want.values.view(torch.uint8)), case
+    empty = quantize_rows_triton(torch.zeros(0, 48, dtype=dtype))
+    assert empty.values.shape == (0, 48) and empty.scale.shape == (0, 1)
+
+
+def compile_for_sm90() -> None:
+    from tests.unit.kernels.compile_check import COMPILED, install, ptxas_usage
+
+    install()
+    from runtime.kernels.fp8_quant_triton import quantize_rows_triton
+
+    for width in (1152, 4304):  # the tower's hidden and MLP widths: 4 and 16 warps
+        for gelu in (False, True):
+            quantize_rows_triton(torch.zeros(2, width, dtype=BF16), gelu)
+    for name, kernel in COMPILED:
+        regs, spills = ptxas_usage(kernel.asm["ptx"], name)
+        print(f"{name} regs {regs} spill bytes {spills}")
+        assert spills == 0, f"{name} spills {spills} bytes"
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    if sys.argv[1] == "interpret":
+        from tests.unit.kernels.interpreter_check import patch_numpy_scalars
+
+        patch_numpy_scalars()
+        for dt in (torch.float32, torch.float16, BF16):
+            check_interpreted(dt)
+    else:
+        compile_for_sm90()
+    print(f"fp8 quantization kernel: {sys.argv[1]} checks passed")
