@@ -35,7 +35,9 @@ def test_quantize_with_gelu_within_one_e4m3_step(rows: int, width: int) -> None:
     pytest.importorskip("triton")
     x = rows_on_gpu(rows, width, torch.bfloat16)
     got, want = quantize_rows(x, gelu_tanh=True), quantize_rows_reference(x, gelu_tanh=True)
-    torch.testing.assert_close(got.scale, want.scale, rtol=1e-6, atol=0)
+    # Triton's tanh and torch's differ in the last fp32 bits (H200: 1.2e-5 relative on one row's largest GELU
+    # output), and the scale follows that value
+    torch.testing.assert_close(got.scale, want.scale, rtol=1e-4, atol=0)
     assert max_ulp_distance(got, want) <= 1
 
 
