@@ -57,9 +57,10 @@ def check_interpreted(dtype: torch.dtype) -> None:
     from runtime.kernels.fp8_quant_triton import quantize_rows_triton
     from tests.unit.kernels.test_kernel_fp8_quant_reference import max_ulp_distance, spread_rows
 
-    # several rows per program with a partial last one, one row per program, the tower's widths (1152 in, 4304 into
-    # fc2 with its GELU); the spread rows hold a zero row, a one-element row, outliers and subnormal-range values
-    for rows, width, block_rows in ((7, 40, None), (5, 48, 4), (3, 1152, None), (2, 4304, None)):
+    # several rows per program with a partial last one (384 wide: 4 rows a program), one row per program, the
+    # tower's widths (1152 in, 4304 into fc2 with its GELU: a 4096 tile plus a 256 tail); the spread rows hold a
+    # zero row, a one-element row, outliers and subnormal-range values
+    for rows, width, block_rows in ((7, 40, None), (5, 48, 4), (6, 384, None), (3, 1152, None), (2, 4304, None)):
         x = spread_rows(rows, width + 8, seed=rows * width).to(dtype)[:, 8:]  # row-strided, as a wider buffer's
         for gelu in (False, True):
             scaled, scale = scale_rows_reference(x, gelu)
