@@ -10,6 +10,9 @@ from typing import Any
 import yaml
 
 STAGES = ("thinker", "vision", "audio", "talker")
+# The vision tower's block linears (qkv, proj, fc1, fc2): "native" runs them in the stage's dtype, "fp8" in e4m3 with
+# per-row scales (FP8 tensor cores: compute capability >= 8.9, e.g. H100/H200; dtype bfloat16).
+VISION_LINEAR_DTYPES = ("native", "fp8")
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,7 @@ class StageConfig:
     enabled: bool = True
     device: str = "cpu"  # "cpu", "cuda" or "cuda:N"
     dtype: str = "float32"  # float32 | bfloat16 | float16
+    linear_dtype: str = "native"  # vision only: one of VISION_LINEAR_DTYPES
     address: str = ""  # target the gateway dials, e.g. "dns:///thinker.omnimesh.svc:50051"; `omnimesh up` fills it
     server: ServerConfig = field(default_factory=ServerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)  # decoder stages (thinker, talker)
@@ -164,6 +168,12 @@ class StageConfig:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
                "use float32, bfloat16 or float16")
         _check(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "use cpu or cuda[:N]")
+        _check(self.linear_dtype in VISION_LINEAR_DTYPES, "linear_dtype", self.linear_dtype,
+               f"use one of {', '.join(map(repr, VISION_LINEAR_DTYPES))}")
+        _check(self.linear_dtype != "fp8" or (self.device.startswith("cuda") and self.dtype == "bfloat16"),
+               "linear_dtype", self.linear_dtype,
+               f"FP8 linears need device cuda[:N] (compute capability >= 8.9) and dtype bfloat16, but this stage has "
+               f"device {self.device!r} and dtype {self.dtype!r}; set those or use linear_dtype 'native'")
 
 
 @dataclass(frozen=True)
@@ -217,6 +227,12 @@ class MeshConfig:
     vision: StageConfig = field(default_factory=StageConfig)  # every stage on: `make serve` hears, sees, speaks
     audio: StageConfig = field(default_factory=StageConfig)
     talker: StageConfig = field(default_factory=StageConfig)
+
+    def __post_init__(self) -> None:
+        for name in STAGES:
+            if name != "vision":
+                _check(self.stage(name).linear_dtype == "native", f"{name}.linear_dtype",
+                       self.stage(name).linear_dtype, "only the vision stage has FP8 linears; leave it 'native'")
 
     def stage(self, name: str) -> StageConfig:
         if name not in STAGES:

@@ -106,7 +106,8 @@ def bench_talker(
     sync(device)
     seconds = time.perf_counter() - start
     frames_per_s = batch * steps / seconds
-    return {"batch": batch, "path": "graphs" if fast else "eager", "ms_per_step": 1e3 * seconds / steps, "frames_per_s": frames_per_s,
+    return {"batch": batch, "path": "graphs" if fast else "eager", "ms_per_step": 1e3 * seconds / steps,
+            "frames_per_s": frames_per_s,
             "audio_s_per_s": frames_per_s / FRAMES_PER_SECOND}  # fmt: skip
 
 

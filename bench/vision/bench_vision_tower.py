@@ -7,12 +7,15 @@
 Workloads (real dims): 8 images at 448×448, 8 images at 1280×720 (smart_resize → 1280×704), a 60 s video at
 2 fps and 448×448 (120 frames, 47,040 patches). Each is timed through the whole tower once per attention backend
 (`--attention`, default every backend the device takes; "ours" is the first) and through the attention call
-alone. With `--linear fp8` "ours" runs its block linears in FP8; each workload is then also timed through the same
-tower with native linears, and the FP8 outputs are compared with the native ones (relative error, cosine). On the
-video's shapes: each block linear native vs FP8 (quantization, GEMM with fast and precise accumulation, both), the
-q/k rotary (fused kernel vs PyTorch), fc1 + GELU (GEMM epilogue vs separate), residual add + LayerNorm (one Triton
-pass vs PyTorch's add then norm, with a sweep of the kernel's launch shapes on CUDA), the patch embed as one GEMM vs
-the Conv3d it replaces, and the uint8 → patches preprocessing. Medians over `--iters` timed runs after `--warmup`.
+alone. With `--linear fp8` "ours" runs its block linears in FP8, as the service does: the add + LayerNorm before
+qkv and fc1 writes e4m3 rows for them in its one pass; each workload is then also timed through the same tower with
+native linears, and the FP8 outputs are compared with the native ones (relative error, cosine). On the video's
+shapes: each block linear native vs FP8 (quantization, GEMM with fast and precise accumulation, both) and the
+block's linears with the two add + LayerNorm passes that feed qkv and fc1 (native, FP8 quantizing apart, FP8 with
+the quantization fused into the norm), the q/k rotary (fused kernel vs PyTorch), fc1 + GELU (GEMM epilogue vs
+separate), residual add + LayerNorm (one Triton pass, with and without e4m3 output, vs PyTorch's add then norm, with a
+sweep of the kernel's launch shapes on CUDA), the patch embed as one GEMM vs the Conv3d it replaces, and the uint8 →
+patches preprocessing. Medians over `--iters` timed runs after `--warmup`.
 """
 from __future__ import annotations
 
@@ -36,11 +39,12 @@ import torch.nn.functional as F
 
 from runtime.kernels._backend import use_triton
 from runtime.kernels.fp8_quant import quantize_rows
-from runtime.kernels.layernorm import add_layernorm, add_layernorm_reference
+from runtime.kernels.layernorm import add_layernorm, add_layernorm_fp8, add_layernorm_reference
 from runtime.kernels.vision_rotary import vision_rotary, vision_rotary_reference
 from services.vision.model import Grid, VisionOutput, VisionTower, VisionTowerConfig
 from services.vision.model.attention import ATTENTION_BACKENDS, select_attention
 from services.vision.model.fp8_linear import LINEAR_DTYPES, Fp8Linear, check_linear_dtype
+from services.vision.model.layers import reads_fp8_rows
 from services.vision.model.plan import build_plan
 from services.vision.preprocess import VisionPreprocessor
 from runtime.vision_processing import VisionProcessingConfig
@@ -169,7 +173,8 @@ def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dty
     # the same weights with native linears: what FP8 is timed and measured against
     native = ours if args.linear == "native" else VisionTower.from_state_dict(cfg, state, device, dtype, choices[0])
     results: dict[str, Any] = {"attention_backend": ours.attention_backend, "attention_choices": choices,
-                               "linear_dtype": ours.linear_dtype, "workloads": {}, "attention_only": {}}
+                               "linear_dtype": ours.linear_dtype, "norms_writing_fp8": norms_writing_fp8(ours),
+                               "workloads": {}, "attention_only": {}}
     gen = torch.Generator().manual_seed(0)
     for work in workloads(args.tiny):
         num_patches = sum(g.num_patches for g in work.grids)
@@ -213,6 +218,12 @@ def bench_tower(args: argparse.Namespace, device: torch.device, dtype: torch.dty
     return results
 
 
+def norms_writing_fp8(tower: VisionTower) -> int:
+    """How many add + LayerNorm passes per forward write e4m3 rows for the FP8 linear after them (2 per block with
+    FP8 linears: before qkv and before fc1; 0 with native ones)."""
+    return sum(reads_fp8_rows(block.attn.qkv) + reads_fp8_rows(block.mlp.linear_fc1) for block in tower.blocks)
+
+
 def bench_attention(
     cfg: VisionTowerConfig, ours: VisionTower, work: Workload, choices: list[str], device: torch.device,
     dtype: torch.dtype, args: argparse.Namespace,
@@ -239,22 +250,30 @@ def bench_block_linears(
 ) -> dict[str, Any]:
     """Block 0's qkv, proj, fc1 and fc2 on the video's rows: as the native tower runs them (fc1 with GELU in its
     GEMM's epilogue on CUDA) vs as FP8 linears, whole and in parts (the per-row quantization, the FP8 GEMM with fast
-    and with precise accumulation). The FP8 tower moves fc1's GELU into fc2's quantization, so compare the sums over
-    the four layers. tflop_s counts 2·rows·in·out per GEMM, the quantization's gb_per_s the bytes it moves; rel_err
-    and cosine compare each FP8 layer's output with the native layer's (fc1 before its GELU)."""
+    and with precise accumulation). The FP8 tower moves fc1's GELU into fc2's quantization, and qkv's and fc1's
+    quantization into the add + LayerNorm before each (`norms`: that pass writing its rows in the tower's dtype vs in
+    e4m3; `fp8_prequantized`: the layer on rows it gets already quantized), so compare the per-block sums, which count
+    the two norms too.
+    tflop_s counts 2·rows·in·out per GEMM, the quantization's gb_per_s the bytes it moves; rel_err and cosine compare
+    each FP8 layer's output with the native layer's (fc1 before its GELU)."""
     rows = sum(g.num_patches for g in work.grids)
     block = native.blocks[0]
     layers = {"qkv": block.attn.qkv, "proj": block.attn.proj, "fc1": block.mlp.linear_fc1,
               "fc2": block.mlp.linear_fc2}
+    prequantized = ("qkv", "fc1")  # the layers whose norm quantizes for them
     epilogue = device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)  # as VisionMLP decides
     result: dict[str, Any] = {"patches": rows, "layers": {}}
-    totals = {"native_ms": 0.0, "fp8_ms": 0.0}
     gen = torch.Generator().manual_seed(1)
 
     def per_call(fn: Callable[[], Any]) -> dict[str, float]:
         return timed_per_call(fn, device, args.warmup, args.iters, LINEAR_CALLS)
 
     with torch.inference_mode():
+        y, residual = (torch.randn(rows, cfg.hidden_size, generator=gen).to(device, dtype) for _ in range(2))
+        norm = block.norm2
+        inputs = (y, residual, norm.weight, norm.bias, norm.eps)
+        result["norms"] = {"native": per_call(partial(add_layernorm, *inputs)),  # writes the rows in `dtype`
+                           "fp8": per_call(partial(add_layernorm_fp8, *inputs))}  # writes them in e4m3
         for name, layer in layers.items():
             x = torch.randn(rows, layer.in_features, generator=gen).to(device, dtype)
             fp8 = Fp8Linear.from_linear(layer)
@@ -275,6 +294,8 @@ def bench_block_linears(
                 "fp8_gemm_precise_accum": per_call(partial(gemm, use_fast_accum=False)),
                 "fp8": per_call(partial(fp8, x, gelu)),
             }
+            if name in prequantized:
+                entry["fp8_prequantized"] = per_call(partial(fp8, quantized))
             for part in ("native", "fp8_gemm_fast_accum", "fp8_gemm_precise_accum"):
                 entry[part]["tflop_s"] = flop / (entry[part]["median_ms"] * 1e9)
             # the pass reads x and writes one e4m3 byte per element and one float32 scale per row
@@ -286,11 +307,24 @@ def bench_block_linears(
             entry["cosine"] = float(F.cosine_similarity(got, want, dim=0))
             entry["native_over_fp8"] = entry["native"]["median_ms"] / entry["fp8"]["median_ms"]
             result["layers"][name] = entry
-            totals["native_ms"] += entry["native"]["median_ms"]
-            totals["fp8_ms"] += entry["fp8"]["median_ms"]
-    result["per_block"] = {**totals, "native_over_fp8": totals["native_ms"] / totals["fp8_ms"],
-                           "saving_per_forward_ms": (totals["native_ms"] - totals["fp8_ms"]) * cfg.depth}
+    result["per_block"] = block_totals(result, prequantized, cfg.depth)
     return result
+
+
+def block_totals(result: dict[str, Any], prequantized: tuple[str, ...], depth: int) -> dict[str, Any]:
+    """One block's four linears and the two add + LayerNorm passes before qkv and fc1, in milliseconds: native;
+    FP8 with each linear quantizing its own input (norms in bf16); FP8 as the tower runs it (qkv's and fc1's
+    quantization inside their norms)."""
+    median = {name: {part: t["median_ms"] for part, t in entry.items() if isinstance(t, dict)}
+              for name, entry in result["layers"].items()}
+    norms = {out: t["median_ms"] for out, t in result["norms"].items()}
+    native = sum(m["native"] for m in median.values()) + 2 * norms["native"]
+    separate = sum(m["fp8"] for m in median.values()) + 2 * norms["native"]
+    fused = sum(m["fp8_prequantized"] if name in prequantized else m["fp8"] for name, m in median.items())
+    fused += 2 * norms["fp8"]
+    return {"native_ms": native, "fp8_separate_quantize_ms": separate, "fp8_ms": fused,
+            "native_over_fp8": native / fused, "saving_per_forward_ms": (native - fused) * depth,
+            "fused_quantize_saving_per_forward_ms": (separate - fused) * depth}
 
 
 def bench_rotary(
@@ -343,32 +377,39 @@ def bench_add_layernorm(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """One residual add + the LayerNorm that reads the sum: the entry point (one Triton pass on CUDA in bf16/fp16)
-    vs PyTorch's add then norm. The fused pass moves four [N, hidden] tensors (reads y and residual, writes h and
-    norm(h)), the separate ops five (the norm re-reads h); gb_per_s counts those bytes."""
+    vs PyTorch's add then norm, and the pass writing e4m3 rows for an FP8 linear (`fused_fp8`). The fused pass moves
+    four [N, hidden] tensors (reads y and residual, writes h and norm(h)), the separate ops five (the norm re-reads
+    h), the e4m3 pass three and one byte per element (its per-row scales are ~0.2% more); gb_per_s counts those
+    bytes."""
     num_patches = sum(g.num_patches for g in work.grids)
     y = torch.randn(num_patches, cfg.hidden_size, device=device, dtype=dtype)
     residual = torch.randn(num_patches, cfg.hidden_size, device=device, dtype=dtype)
     norm = ours.blocks[0].norm2
     inputs = (y, residual, norm.weight, norm.bias, norm.eps)
     tensor_bytes = y.numel() * y.element_size()
+    fp8_tensors = 3 + 1 / y.element_size()
 
-    def measure(fn: Callable[[], Any], tensors_moved: int) -> dict[str, float]:
+    def measure(fn: Callable[[], Any], tensors_moved: float) -> dict[str, float]:
         timing = timed_per_call(fn, device, args.warmup, args.iters, ADD_LAYERNORM_CALLS)
         return {**timing, "gb_per_s": tensors_moved * tensor_bytes / (timing["median_ms"] * 1e6)}
 
     with torch.inference_mode():
         fused = measure(lambda: add_layernorm(*inputs), 4)
+        fused_fp8 = measure(lambda: add_layernorm_fp8(*inputs), fp8_tensors)
         separate = measure(lambda: add_layernorm_reference(*inputs), 5)
-        launches = {}
+        launches, launches_fp8 = {}, {}
         if use_triton(y, residual, norm.weight, norm.bias):
-            from runtime.kernels.layernorm_triton import add_layernorm_triton  # imports triton
+            from runtime.kernels.layernorm_triton import add_layernorm_fp8_triton, add_layernorm_triton
 
             for block_rows, num_warps in ADD_LAYERNORM_LAUNCHES:
-                launches[f"{block_rows}rows_{num_warps}warps"] = measure(
-                    lambda: add_layernorm_triton(*inputs, block_rows=block_rows, num_warps=num_warps), 4)
+                shape = {"block_rows": block_rows, "num_warps": num_warps}
+                name = f"{block_rows}rows_{num_warps}warps"
+                launches[name] = measure(lambda: add_layernorm_triton(*inputs, **shape), 4)
+                launches_fp8[name] = measure(lambda: add_layernorm_fp8_triton(*inputs, **shape), fp8_tensors)
     calls = 2 * cfg.depth + 1  # embeddings + positions into the first norm1, then two per block
     saving = separate["median_ms"] - fused["median_ms"]
-    return {"patches": num_patches, "fused": fused, "separate": separate, "by_launch": launches,
+    return {"patches": num_patches, "fused": fused, "fused_fp8": fused_fp8, "separate": separate,
+            "by_launch": launches, "by_launch_fp8": launches_fp8,
             "separate_over_fused": separate["median_ms"] / fused["median_ms"],
             "fused_per_forward": calls, "saving_per_forward_ms": saving * calls}
 

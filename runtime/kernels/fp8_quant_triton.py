@@ -18,6 +18,21 @@ AMAX_FLOOR = tl.constexpr(MIN_AMAX)
 
 
 @triton.jit
+def row_scales(amax):
+    """(scale, inverse) of rows whose largest magnitude is `amax` [ROWS] float32, floored as the reference floors it:
+    IEEE-rounded divisions (Triton's `/` is approximate), so both equal the reference's bit for bit."""
+    amax = tl.maximum(amax, AMAX_FLOOR)
+    return tl.math.div_rn(amax, E4M3_MAX), tl.math.div_rn(tl.full(amax.shape, E4M3_MAX, tl.float32), amax)
+
+
+@triton.jit
+def to_e4m3(x, inverse):
+    """x [ROWS, K] float32 scaled by its rows' `inverse`, saturated at ±448: store it into an e4m3 tensor (the cast
+    rounds to nearest even)."""
+    return tl.clamp(x * inverse[:, None], -E4M3_MAX, E4M3_MAX)
+
+
+@triton.jit
 def _load_tile(x_ptr, rows, row_ok, cols, K, stride_x, GELU_TANH: tl.constexpr):
     x = tl.load(x_ptr + rows[:, None] * stride_x + cols, mask=row_ok[:, None] & (cols < K), other=0.0)
     x = x.to(tl.float32)
@@ -45,16 +60,12 @@ def _quantize_rows_kernel(
         tail_cols = MAIN_K + tl.arange(0, TAIL_K)[None, :]
         tail = _load_tile(x_ptr, rows, row_ok, tail_cols, K, stride_x, GELU_TANH)
         amax = tl.maximum(amax, tl.max(tl.abs(tail), axis=1))
-    amax = tl.maximum(amax, AMAX_FLOOR)
-    # IEEE-rounded divisions (Triton's `/` is approximate) so scale and inverse equal the reference's bit for bit
-    scale = tl.math.div_rn(amax, E4M3_MAX)
-    inverse = tl.math.div_rn(tl.full(amax.shape, E4M3_MAX, tl.float32), amax)
-    q = tl.clamp(x * inverse[:, None], -E4M3_MAX, E4M3_MAX)
+    scale, inverse = row_scales(amax)
     out = q_ptr + rows[:, None] * K
-    tl.store(out + cols, q.to(q_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < K))  # round to nearest even
+    tl.store(out + cols, to_e4m3(x, inverse).to(q_ptr.dtype.element_ty), mask=row_ok[:, None] & (cols < K))
     if TAIL_K > 0:
-        q = tl.clamp(tail * inverse[:, None], -E4M3_MAX, E4M3_MAX)
-        tl.store(out + tail_cols, q.to(q_ptr.dtype.element_ty), mask=row_ok[:, None] & (tail_cols < K))
+        tl.store(out + tail_cols, to_e4m3(tail, inverse).to(q_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & (tail_cols < K))
     tl.store(scale_ptr + rows, scale, mask=row_ok)
 
 

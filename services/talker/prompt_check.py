@@ -76,7 +76,8 @@ def _check_span(i: int, span: thinker_pb2.MediaSpan, ids: list[int], cfg: Talker
     if kind == "audio_in_video":
         pads = {cfg.tokens.video_pad, cfg.tokens.audio_pad}
         if set(ids[span.offset:end]) - pads:
-            raise InvalidArgument(field, f"an audio-in-video span covers only video and audio placeholders {sorted(pads)}")
+            raise InvalidArgument(
+                field, f"an audio-in-video span covers only video and audio placeholders {sorted(pads)}")
         if len(span.grid_thw) != 3:
             raise InvalidArgument(f"{field}.grid_thw", "must hold (t, h, w) for audio_in_video spans")
         return range(span.offset, end)

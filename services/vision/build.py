@@ -32,11 +32,12 @@ def stage_info(service: VisionService, mesh: MeshConfig, replica: str) -> common
 
 async def build_vision(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
     stage = mesh.vision
-    encoder = VisionEncoder.load(model_dir, stage_device(stage.device), getattr(torch, stage.dtype))
+    encoder = VisionEncoder.load(model_dir, stage_device(stage.device), getattr(torch, stage.dtype),
+                                 linear_dtype=stage.linear_dtype)
     service = VisionService(encoder, server.metrics, stage.encoder)
-    log.info("vision: tower of %d blocks on %s %s (%s attention), %d patches per forward, %d per request",
-             encoder.tower.cfg.depth, encoder.tower.device, stage.dtype, encoder.tower.attention_backend,
-             service.max_batch_patches, service.max_request_patches)
+    log.info("vision: tower of %d blocks on %s %s (%s attention, %s block linears), %d patches per forward, %d per "
+             "request", encoder.tower.cfg.depth, encoder.tower.device, stage.dtype, encoder.tower.attention_backend,
+             encoder.tower.linear_dtype, service.max_batch_patches, service.max_request_patches)
     servicer = VisionServicer(service, stage_info(service, mesh, server.replica))
     server.add_service(vision_pb2_grpc.add_VisionServicer_to_server, servicer, SERVICE_NAME)
     return service.close

@@ -20,9 +20,11 @@ class VisionEncoder:
 
     @classmethod
     def load(
-        cls, ckpt_dir: Path, device: torch.device | str, dtype: torch.dtype, attention: str = "auto"
+        cls, ckpt_dir: Path, device: torch.device | str, dtype: torch.dtype, attention: str = "auto",
+        linear_dtype: str = "native",
     ) -> VisionEncoder:
-        tower = VisionTower.load(Path(ckpt_dir), device, dtype, attention=attention)
+        """linear_dtype: the tower's block linears, "native" (in `dtype`) or "fp8" (see `VisionTower.load`)."""
+        tower = VisionTower.load(Path(ckpt_dir), device, dtype, attention=attention, linear_dtype=linear_dtype)
         processing = VisionProcessingConfig.from_checkpoint(Path(ckpt_dir))
         return cls(tower, VisionPreprocessor(processing, tower.device))
 

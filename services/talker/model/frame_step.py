@@ -67,7 +67,8 @@ def knob_row(s: TalkerSampling) -> list[float]:
     row = [0.0] * NUM_KNOBS
     row[DO_SAMPLE] = float(s.do_sample)
     row[TEMPERATURE], row[TOP_K], row[TOP_P] = s.temperature, s.top_k, s.top_p
-    row[PRED_TEMPERATURE], row[PRED_TOP_K], row[PRED_TOP_P] = s.predictor_temperature, s.predictor_top_k, s.predictor_top_p
+    row[PRED_TEMPERATURE], row[PRED_TOP_K], row[PRED_TOP_P] = (
+        s.predictor_temperature, s.predictor_top_k, s.predictor_top_p)
     row[PENALTY] = s.repetition_penalty
     return row
 

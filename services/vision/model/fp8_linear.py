@@ -10,9 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from runtime.config import VISION_LINEAR_DTYPES
 from runtime.kernels.fp8_quant import QuantizedRows, quantize_rows, quantize_rows_reference
 
-LINEAR_DTYPES = ("native", "fp8")  # native: the block linears run in the tower's dtype
+LINEAR_DTYPES = VISION_LINEAR_DTYPES  # the vision stage's setting: native runs the block linears in the tower's dtype
 FP8_MIN_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) are the first with FP8 tensor cores
 GEMM_ALIGNMENT = 16  # the FP8 GEMM needs in_features and out_features divisible by 16
 # Accumulate in the tensor cores' own precision (no periodic promotion to float32 in registers): the FP8 inference
@@ -46,7 +47,7 @@ def check_linear_dtype(name: str, device: torch.device, dtype: torch.dtype) -> N
 
 class Fp8Linear(nn.Module):
     """y = x·Wᵀ + b computed as (q(x)·sx)(q(W)·sw)ᵀ + b, with q() rounding to e4m3, sx one scale per row of x and
-    sw one per output channel; y comes back in x's dtype."""
+    sw one per output channel; y comes back in the dtype of the bias (the layer's own)."""
 
     def __init__(self, weight: QuantizedRows, bias: torch.Tensor) -> None:
         super().__init__()
@@ -67,13 +68,21 @@ class Fp8Linear(nn.Module):
             )
         return cls(quantize_rows_reference(linear.weight), linear.bias)
 
-    def forward(self, x: torch.Tensor, gelu_tanh: bool = False) -> torch.Tensor:
-        """x [M, in] -> [M, out]. With `gelu_tanh` the layer reads GELU(x) (tanh form), applied while x is
-        quantized: the vision MLP's fc2 takes fc1's output this way, in one pass over it."""
-        rows = quantize_rows(x, gelu_tanh)
+    def forward(self, x: torch.Tensor | QuantizedRows, gelu_tanh: bool = False) -> torch.Tensor:
+        """x [M, in] -> [M, out] in the bias's dtype (the layer's). With `gelu_tanh` the layer reads GELU(x) (tanh
+        form), applied while x is quantized: the vision MLP's fc2 takes fc1's output this way, in one pass over it.
+
+        x may come already quantized (`QuantizedRows`, e4m3 values and a float32 scale per row): the add +
+        LayerNorm before qkv and fc1 writes its rows that way, so the GEMM reads them with no pass of its own."""
+        if isinstance(x, QuantizedRows):
+            if gelu_tanh:
+                raise ValueError("gelu_tanh applies while rows are quantized; these rows came already quantized")
+            rows = x
+        else:
+            rows = quantize_rows(x, gelu_tanh)
         return torch._scaled_mm(
             rows.values, self.weight.t(), scale_a=rows.scale, scale_b=self.weight_scale, bias=self.bias,
-            out_dtype=x.dtype, use_fast_accum=self.fast_accum,
+            out_dtype=self.bias.dtype, use_fast_accum=self.fast_accum,
         )
 
     def extra_repr(self) -> str:

@@ -1,6 +1,7 @@
 """The tower's layers; attribute names mirror the checkpoint's `thinker.visual.*` keys so weights load by name.
 
-Each residual add is fused with the LayerNorm that reads the sum (one Triton pass on CUDA in bf16/fp16).
+Each residual add is fused with the LayerNorm that reads the sum (one Triton pass on CUDA in bf16/fp16). Where an
+FP8 linear reads the norm (qkv, fc1 with linear_dtype "fp8"), that pass also quantizes the normalised rows.
 """
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.kernels.layernorm import NormedResidual, add_layernorm
+from runtime.kernels.fp8_quant import QuantizedRows
+from runtime.kernels.layernorm import NormedResidual, QuantizedNormedResidual, add_layernorm, add_layernorm_fp8
 from runtime.kernels.vision_rotary import vision_rotary
 from services.vision.model.attention import AttentionFn
 from services.vision.model.config import VisionTowerConfig
@@ -37,8 +39,10 @@ class VisionAttention(nn.Module):
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: VisionPlan, attend: AttentionFn
+        self, x: torch.Tensor | QuantizedRows, cos: torch.Tensor, sin: torch.Tensor, plan: VisionPlan,
+        attend: AttentionFn,
     ) -> torch.Tensor:
+        """x [N, hidden], quantized when qkv is an `Fp8Linear`."""
         qkv = self.qkv(x).unflatten(-1, (3, self.num_heads, -1))  # [N, 3, H, D]
         q, k = vision_rotary(qkv[:, 0], qkv[:, 1], cos, sin)  # contiguous [N, H, D] each; one kernel on CUDA
         # v stays a strided view of qkv: every backend reads rows by stride, so a copy would only add traffic
@@ -53,7 +57,8 @@ class VisionMLP(nn.Module):
         self.linear_fc2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_pytorch_tanh" else "none"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
+        """x [N, hidden], quantized when fc1 is an `Fp8Linear`."""
         fc1, fc2 = self.linear_fc1, self.linear_fc2
         if isinstance(fc2, Fp8Linear):
             # fc2 quantizes its input in one pass anyway: the tanh GELU runs inside that pass, so fc1's output is read
@@ -71,8 +76,17 @@ class VisionMLP(nn.Module):
         return fc2(hidden)
 
 
-def add_norm(y: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> NormedResidual:
-    """h = residual + y, and norm(h)."""
+def reads_fp8_rows(layer: nn.Module) -> bool:
+    """Whether `layer` takes its input rows quantized to e4m3, so the norm before it should write them that way."""
+    return isinstance(layer, Fp8Linear)
+
+
+def add_norm(
+    y: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm, fp8: bool = False
+) -> NormedResidual | QuantizedNormedResidual:
+    """h = residual + y, and norm(h): in h's dtype, or with `fp8` as per-row e4m3 for an FP8 linear (h stays as is)."""
+    if fp8:
+        return add_layernorm_fp8(y, residual, norm.weight, norm.bias, norm.eps)
     return add_layernorm(y, residual, norm.weight, norm.bias, norm.eps)
 
 
@@ -87,14 +101,15 @@ class VisionBlock(nn.Module):
         self.mlp = VisionMLP(cfg)
 
     def forward(
-        self, h: torch.Tensor, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan: VisionPlan,
-        attend: AttentionFn, next_norm: nn.LayerNorm,
-    ) -> NormedResidual:
-        """h [N, hidden]: the residual stream, normed: norm1(h). Returns the block's output and `next_norm` of it
-        (the next block's norm1, or the final merger's ln_q): each residual add is fused with the norm that reads
-        it, so the norm never re-reads the sum from memory."""
-        h, x = add_norm(self.attn(normed, cos, sin, plan, attend), h, self.norm2)
-        return add_norm(self.mlp(x), h, next_norm)
+        self, h: torch.Tensor, normed: torch.Tensor | QuantizedRows, cos: torch.Tensor, sin: torch.Tensor,
+        plan: VisionPlan, attend: AttentionFn, next_norm: nn.LayerNorm, next_fp8: bool = False,
+    ) -> NormedResidual | QuantizedNormedResidual:
+        """h [N, hidden]: the residual stream, normed: norm1(h) (quantized when qkv is FP8). Returns the block's
+        output and `next_norm` of it (the next block's norm1, or the final merger's ln_q), quantized with
+        `next_fp8` (the next block's qkv is FP8): each residual add is fused with the norm that reads it, so the norm
+        never re-reads the sum from memory, nor an FP8 linear the norm's output in the activation dtype."""
+        h, x = add_norm(self.attn(normed, cos, sin, plan, attend), h, self.norm2, reads_fp8_rows(self.mlp.linear_fc1))
+        return add_norm(self.mlp(x), h, next_norm, next_fp8)
 
 
 class PatchMerger(nn.Module):

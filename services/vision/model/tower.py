@@ -15,7 +15,7 @@ from services.vision.model.attention import select_attention, segment_sdpa
 from services.vision.model.config import VisionTowerConfig
 from services.vision.model.fp8_linear import Fp8Linear, check_linear_dtype
 from services.vision.model.grid import Grid
-from services.vision.model.layers import PatchEmbed, PatchMerger, VisionBlock, add_norm
+from services.vision.model.layers import PatchEmbed, PatchMerger, VisionBlock, add_norm, reads_fp8_rows
 from services.vision.model.plan import VisionPlan, build_plan
 from services.vision.model.rotary import inv_frequencies, rotary_cos_sin
 
@@ -141,14 +141,16 @@ class VisionTower(nn.Module):
                 f"patches has shape {tuple(patches.shape)} but the grids need "
                 f"({plan.num_patches}, {self.cfg.patch_dim})"
             )
-        # every norm that reads a residual sum, in order: the sum is fused with it (embeddings + positions included)
+        # every norm that reads a residual sum, in order: the sum is fused with it (embeddings + positions included),
+        # and so is the quantization of the normalised rows where an FP8 qkv reads them (never the merger's ln_q)
         norms = [*(block.norm1 for block in self.blocks), self.merger.ln_q]
-        h, normed = add_norm(self.patch_embed(patches), self.positions(plan), norms[0])  # [N, hidden] each
+        fp8 = [*(reads_fp8_rows(block.attn.qkv) for block in self.blocks), False]
+        h, normed = add_norm(self.patch_embed(patches), self.positions(plan), norms[0], fp8[0])  # [N, hidden] each
         cos, sin = self.rotary(plan)  # once per forward, shared by every block
         deepstack: list[torch.Tensor] = []
         slots = {layer: slot for slot, layer in enumerate(self.cfg.deepstack_visual_indexes)}
         for layer, block in enumerate(self.blocks):
-            h, normed = block(h, normed, cos, sin, plan, self._attend, norms[layer + 1])
+            h, normed = block(h, normed, cos, sin, plan, self._attend, norms[layer + 1], fp8[layer + 1])
             if layer in slots:
                 deepstack.append(self.merger_list[slots[layer]](h))
         return VisionOutput(self.merger.project(normed.view(-1, self.cfg.merged_dim)), deepstack)  # ln_q(h) folded

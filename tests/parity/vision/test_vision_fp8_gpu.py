@@ -9,6 +9,8 @@ emulation through PyTorch's CPU `torch._scaled_mm` measured on these shapes):
   against the stream; measured 0.5% from the bf16 tower -> bound 2%, cosine > 0.999;
 - transformers' init (LayerNorm weight 1, bias 0, linears N(0, 0.02)): updates rival the stream, each block adds its
   GEMMs' full error; measured 3-5% -> bound 7.5%, cosine > 0.997. A trained tower lies between the two.
+The norms before qkv and fc1 quantize their rows in the add + LayerNorm pass; that pass equals the norm kernel then
+the quantization kernel bit for bit, so the tower's outputs equal those of the FP8 linears quantizing for themselves.
 """
 from __future__ import annotations
 
@@ -106,3 +108,24 @@ def test_fp8_load_runs_the_demo_checkpoint(demo_ckpt: Path) -> None:
     got = tower(patches, grids)
     assert got.merged.shape == want.merged.shape and len(got.deepstack) == len(want.deepstack)
     errors(got, want)  # finite everywhere
+
+
+def test_norms_quantize_for_qkv_and_fc1_and_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import services.vision.model.layers as layers
+    import services.vision.model.tower as tower_module
+    from runtime.kernels import layernorm_triton
+
+    tower = VisionTower.from_state_dict(CFG, random_state(hf_init=False), "cuda", BF16, linear_dtype="fp8")
+    gen = torch.Generator().manual_seed(2)
+    patches = torch.randn(sum(g.num_patches for g in GRIDS), CFG.patch_dim, generator=gen).to("cuda", BF16)
+    calls = []
+    fused_kernel = layernorm_triton.add_layernorm_fp8_triton
+    monkeypatch.setattr(layernorm_triton, "add_layernorm_fp8_triton", lambda *a: calls.append(1) or fused_kernel(*a))
+    fused = tower(patches, GRIDS)
+    assert len(calls) == 2 * CFG.depth  # every norm1 and norm2; the final merger's ln_q stays bf16
+    for module in (layers, tower_module):
+        monkeypatch.setattr(module, "reads_fp8_rows", lambda layer: False)  # each FP8 linear quantizes its input
+    separate = tower(patches, GRIDS)
+    assert len(calls) == 2 * CFG.depth
+    pairs = [(fused.merged, separate.merged), *zip(fused.deepstack, separate.deepstack)]
+    assert all(torch.equal(a, b) for a, b in pairs), errors(fused, separate)

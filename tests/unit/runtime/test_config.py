@@ -16,6 +16,7 @@ from runtime.config import (
     SamplingDefaults,
     ServerConfig,
     StageConfig,
+    VISION_LINEAR_DTYPES,
     from_dict,
     load_mesh_config,
     to_dict,
@@ -43,6 +44,8 @@ from runtime.config import (
     (EncoderConfig, {"batch_wait_ms": -1.0}, "batch_wait_ms"),
     (StageConfig, {"dtype": "float64"}, "dtype"),
     (StageConfig, {"device": "tpu"}, "device"),
+    (StageConfig, {"linear_dtype": "int8"}, "linear_dtype"),
+    (StageConfig, {"linear_dtype": "fp8"}, "linear_dtype"),  # on the default cpu, float32
     (SamplingDefaults, {"temperature": -0.5}, "temperature"),
     (SamplingDefaults, {"top_p": 0.0}, "top_p"),
     (SamplingDefaults, {"top_p": 1.5}, "top_p"),
@@ -68,6 +71,7 @@ def test_every_check_names_the_field_and_the_value(cls: type, kwargs: dict[str, 
     (GatewayConfig, {"max_video_frames": 2, "max_audio_seconds": 0.1}),
     (StageConfig, {"device": "cuda:3", "dtype": "bfloat16"}),
     (StageConfig, {"device": "cuda", "dtype": "float16"}),
+    (StageConfig, {"device": "cuda:1", "dtype": "bfloat16", "linear_dtype": "fp8"}),
     (SamplingDefaults, {"temperature": 0.0, "top_p": 1.0, "max_tokens": 1}),
 ])
 def test_edge_values_are_accepted(cls: type, kwargs: dict[str, Any]) -> None:
@@ -221,6 +225,35 @@ def test_write_then_load_round_trips(tmp_path: Path) -> None:
     assert load_mesh_config(path) == cfg
     assert to_dict(cfg)["gateway"]["api_keys"] == ["a", "b"]  # lists: plain YAML, no python tags
     assert "!!python" not in path.read_text()
+
+
+def test_linear_dtype_defaults_to_native_and_names_the_allowed_values() -> None:
+    assert MeshConfig().vision.linear_dtype == "native" and VISION_LINEAR_DTYPES == ("native", "fp8")
+    with pytest.raises(ValueError, match=r"config field vision\.linear_dtype='e4m3' is invalid: use one of "
+                                         r"'native', 'fp8'"):
+        load_mesh_config(None, {"vision.linear_dtype": "e4m3"})
+
+
+@pytest.mark.parametrize(("device", "dtype"), [("cpu", "bfloat16"), ("cuda", "float16"), ("cuda:0", "float32")])
+def test_fp8_linears_need_cuda_and_bfloat16(device: str, dtype: str) -> None:
+    with pytest.raises(ValueError, match=rf"vision\.linear_dtype='fp8' is invalid: FP8 linears need device cuda\[:N\] "
+                                         rf".* and dtype bfloat16, but this stage has device '{device}' and dtype "
+                                         rf"'{dtype}'"):
+        load_mesh_config(None, {"vision.linear_dtype": "fp8", "vision.device": device, "vision.dtype": dtype})
+
+
+def test_fp8_vision_linears_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "mesh.yaml"
+    path.write_text("vision:\n  device: cuda\n  dtype: bfloat16\n  linear_dtype: fp8\n")
+    assert load_mesh_config(path).vision.linear_dtype == "fp8"
+
+
+@pytest.mark.parametrize("stage", [s for s in STAGES if s != "vision"])
+def test_only_the_vision_stage_takes_fp8_linears(stage: str) -> None:
+    overrides = {f"{stage}.linear_dtype": "fp8", f"{stage}.device": "cuda", f"{stage}.dtype": "bfloat16"}
+    with pytest.raises(ValueError, match=rf"config field {stage}\.linear_dtype='fp8' is invalid: only the vision "
+                                         r"stage has FP8 linears"):
+        load_mesh_config(None, overrides)
 
 
 def test_video_fps_must_give_whole_rope_times() -> None:

@@ -1,7 +1,10 @@
 """FP8 block linears on CPU: the linear_dtype checks at load, `Fp8Linear`'s arithmetic through PyTorch's CPU
-`torch._scaled_mm`, and the tower's swap of its block linears (the GPU tests time and bound the real thing)."""
+`torch._scaled_mm`, the tower's swap of its block linears and its norms quantizing the rows those read (the GPU
+tests time and bound the real thing)."""
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -130,3 +133,49 @@ def test_tower_swaps_only_the_block_linears() -> None:
         # these weights (LayerNorm weights ~0.2 too) keep each block's update small against the residual stream, so
         # the outputs move far less than one GEMM's ~3.5% (0.2-0.3% measured)
         assert rel_err(a, b) < 0.02 and cosine(a, b) > 0.999
+
+
+def test_fp8_linear_takes_rows_already_quantized() -> None:
+    """The add + LayerNorm before qkv and fc1 hands over `QuantizedRows`: the GEMM reads them as they are."""
+    fp8 = Fp8Linear.from_linear(linear(64, 48, seed=4).to(torch.bfloat16))
+    x = (torch.randn(10, 64) * 3).to(torch.bfloat16)
+    got = fp8(quantize_rows_reference(x))
+    assert got.dtype == torch.bfloat16 and got.shape == (10, 48)  # the layer's dtype: the rows carry none
+    assert torch.equal(got, fp8(x))
+
+
+def test_fp8_linear_refuses_gelu_on_rows_already_quantized() -> None:
+    fp8 = Fp8Linear.from_linear(linear(64, 32, seed=5))
+    with pytest.raises(ValueError, match="gelu_tanh applies while rows are quantized"):
+        fp8(quantize_rows_reference(torch.randn(3, 64)), gelu_tanh=True)
+
+
+def test_fp8_tower_quantizes_inside_the_norms_before_qkv_and_fc1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every norm1 and norm2 writes e4m3 rows for its FP8 linear (the final merger's ln_q does not), and the outputs
+    equal those of the FP8 linears quantizing the norms' rows themselves, bit for bit."""
+    import services.vision.model.layers as layers
+    import services.vision.model.tower as tower_module
+
+    tower = VisionTower.from_state_dict(CFG, random_state(CFG), "cpu", torch.float32)
+    tower.quantize_block_linears()
+    grids = [Grid(1, 4, 6), Grid(2, 4, 4)]
+    patches = torch.randn(sum(g.num_patches for g in grids), CFG.patch_dim)
+    calls = Counter()
+
+    def counted(name: str, fn: Callable) -> Callable:
+        def call(*args: object) -> object:
+            calls[name] += 1
+            return fn(*args)
+
+        return call
+
+    monkeypatch.setattr(layers, "add_layernorm_fp8", counted("fp8", layers.add_layernorm_fp8))
+    monkeypatch.setattr(layers, "add_layernorm", counted("plain", layers.add_layernorm))
+    got = tower(patches, grids)
+    assert calls == {"fp8": 2 * CFG.depth, "plain": 1}
+    for module in (layers, tower_module):
+        monkeypatch.setattr(module, "reads_fp8_rows", lambda layer: False)  # each FP8 linear quantizes its input
+    want = tower(patches, grids)
+    assert calls == {"fp8": 2 * CFG.depth, "plain": 2 + 2 * CFG.depth}
+    for a, b in [(got.merged, want.merged), *zip(got.deepstack, want.deepstack)]:
+        assert torch.equal(a, b)
