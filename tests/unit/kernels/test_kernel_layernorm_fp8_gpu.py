@@ -1,14 +1,14 @@
 """GPU: the add + LayerNorm pass writing e4m3 rows against the add + LayerNorm kernel followed by the quantization
 kernel (bit for bit: the same operations on the same rounded rows) and against the PyTorch reference (h bit for bit;
-scales within the normalised rows' ulp of bf16/fp16; values within one e4m3 step), on the vision tower's width."""
+scales within the normalised rows' ulp of bf16/fp16; values within one e4m3 step away from zero), on the vision
+tower's width."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from runtime.kernels.fp8_quant import quantize_rows
+from runtime.kernels.fp8_quant import QuantizedRows, quantize_rows
 from runtime.kernels.layernorm import add_layernorm, add_layernorm_fp8, add_layernorm_fp8_reference
-from tests.unit.kernels.test_kernel_fp8_quant_reference import max_ulp_distance
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("runtime.kernels.layernorm_triton")  # imports triton
@@ -47,7 +47,16 @@ def test_fused_fp8_equals_norm_then_quantize(dtype: torch.dtype, rows: int, resi
     assert torch.equal(got.residual, want.residual)
     # a row's scale is its largest normalised value / 448, which the kernel holds to an ulp of the dtype
     torch.testing.assert_close(got.normed.scale, want.normed.scale, rtol=torch.finfo(dtype).eps, atol=1e-5 / 448)
-    assert max_ulp_distance(got.normed, want.normed) <= 1
+    # values within one e4m3 step (2^-3 relative); near zero the statistics' summation order can flip a tiny value's
+    # sign (ordinals then differ by tens on the H200), so the absolute bound there is e4m3's smallest normal step.
+    # Row 0 (constant h: variance 0, so 1/sqrt(eps) multiplies whatever residue the reference's mean leaves) is held
+    # to the two-pass kernels above only.
+    torch.testing.assert_close(dequantized(got.normed)[1:], dequantized(want.normed)[1:], rtol=2**-3,
+                               atol=float(want.normed.scale.max()) * 2**-6)
+
+
+def dequantized(rows: QuantizedRows) -> torch.Tensor:
+    return rows.values.float() * rows.scale
 
 
 def test_fp32_takes_the_reference() -> None:
