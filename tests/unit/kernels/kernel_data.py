@@ -1,11 +1,54 @@
-"""Random inputs shared by the kernel tests: skewed MoE routings, paged KV caches, and error measures."""
+"""What the kernel tests share: skewed MoE routings, paged KV caches, error measures, and a fresh-process runner for
+their check scripts."""
 from __future__ import annotations
 
-from typing import NamedTuple
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, NamedTuple
 
 import torch
 
 from runtime.kernels.moe_reference import Routing
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def run_script(script: Path, *args: str, interpret: bool, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Runs a kernel check script in a fresh process: TRITON_INTERPRET is read when triton is first imported, so the
+    interpreter (interpret=True) and the sm_90 compile check (False: the variable removed) each need their own."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(REPO)}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def assert_self_check_passes(script: Path, mode: str) -> None:
+    """A test file that is also its own check script (`python file.py interpret|compile`) passes that check."""
+    import pytest
+
+    pytest.importorskip("triton")
+    proc = run_script(script, mode, interpret=mode == "interpret")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+
+
+def self_check_main(mode: str, interpreted: Callable[[torch.dtype], None], compiled: Callable[[], None],
+                    label: str) -> None:
+    """The script side of `assert_self_check_passes`: the interpreter check in float32, float16 and bfloat16, or the
+    sm_90 compile check."""
+    torch.set_num_threads(1)
+    if mode == "interpret":
+        from tests.unit.kernels.interpreter_check import patch_numpy_scalars
+
+        patch_numpy_scalars()
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            interpreted(dtype)
+    else:
+        compiled()
+    print(f"{label}: {mode} checks passed")
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -10,36 +10,23 @@ exp, so there its scales may differ from PyTorch's tanh by float32 rounding and 
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch  # importing torch leaves triton unimported, so the script can still set TRITON_INTERPRET first
 
+from tests.unit.kernels.kernel_data import assert_self_check_passes, self_check_main
+
 HERE = Path(__file__).resolve()
-REPO = HERE.parents[3]
 BF16 = torch.bfloat16
 
 
-def run_self(mode: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(REPO)}
-    if mode == "interpret":
-        env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, str(HERE), mode], env=env, capture_output=True, text=True, timeout=240)
-
-
 def test_quantize_kernel_matches_reference_in_the_interpreter() -> None:
-    pytest.importorskip("triton")
-    proc = run_self("interpret")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert_self_check_passes(HERE, "interpret")
 
 
 def test_quantize_kernel_compiles_for_sm90_without_spills() -> None:
-    pytest.importorskip("triton")
-    proc = run_self("compile")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    assert_self_check_passes(HERE, "compile")
 
 
 def interpreter_e4m3(scaled: torch.Tensor) -> torch.Tensor:
@@ -95,13 +82,4 @@ def compile_for_sm90() -> None:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    if sys.argv[1] == "interpret":
-        from tests.unit.kernels.interpreter_check import patch_numpy_scalars
-
-        patch_numpy_scalars()
-        for dt in (torch.float32, torch.float16, BF16):
-            check_interpreted(dt)
-    else:
-        compile_for_sm90()
-    print(f"fp8 quantization kernel: {sys.argv[1]} checks passed")
+    self_check_main(sys.argv[1], check_interpreted, compile_for_sm90, "fp8 quantization kernel")

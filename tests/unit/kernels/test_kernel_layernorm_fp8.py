@@ -13,40 +13,28 @@ checks bf16 against the reference).
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch  # importing torch leaves triton unimported, so the script can still set TRITON_INTERPRET first
 
+from tests.unit.kernels.kernel_data import assert_self_check_passes, self_check_main
+
 from runtime.kernels.fp8_quant import quantize_rows_reference
 from runtime.kernels.layernorm import add_layernorm_fp8, add_layernorm_fp8_reference, add_layernorm_reference
 
 HERE = Path(__file__).resolve()
-REPO = HERE.parents[3]
 BF16 = torch.bfloat16
 EPS = 1e-6  # the vision tower's layer_norm_eps
 
 
-def run_self(mode: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(REPO)}
-    if mode == "interpret":
-        env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, str(HERE), mode], env=env, capture_output=True, text=True, timeout=240)
-
-
 def test_fused_fp8_kernel_matches_the_two_kernels_in_the_interpreter() -> None:
-    pytest.importorskip("triton")
-    proc = run_self("interpret")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert_self_check_passes(HERE, "interpret")
 
 
 def test_fused_fp8_kernel_compiles_for_sm90_without_spills() -> None:
-    pytest.importorskip("triton")
-    proc = run_self("compile")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    assert_self_check_passes(HERE, "compile")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, BF16])
@@ -129,13 +117,4 @@ def compile_for_sm90() -> None:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    if sys.argv[1] == "interpret":
-        from tests.unit.kernels.interpreter_check import patch_numpy_scalars
-
-        patch_numpy_scalars()
-        for dt in (torch.float32, torch.float16, BF16):
-            check_interpreted(dt)
-    else:
-        compile_for_sm90()
-    print(f"add + LayerNorm fp8 kernel: {sys.argv[1]} checks passed")
+    self_check_main(sys.argv[1], check_interpreted, compile_for_sm90, "add + LayerNorm fp8 kernel")
