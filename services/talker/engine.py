@@ -4,6 +4,11 @@ Each iteration: start rows whose first thinker token arrived (one padded prefill
 ready row together (the code predictor batched inside the step), decode every stream with a chunk ready in batched
 Code2Wav calls, and finish rows whose audio is all out. Requests join and leave between iterations; a row waiting
 for its next thinker token sits out the step without holding anyone up.
+
+The thread's host work is on every frame's path (the GPU idles from a frame's end to the next launch), so it is
+kept per iteration rather than per row where it can be: one read-back of all the chunks' samples, one hand-off to
+each event loop for all its streams' outputs (every `call_soon_threadsafe` wakes the loop, which then contends
+for the GIL with this thread).
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from runtime.config import SpeechConfig
 from runtime.errors import OmniError, Unavailable
 from runtime.metrics import Metrics
 from services.talker.handle import SpeechHandle
-from services.talker.job import Sink, SpeechJob
+from services.talker.job import Output, Sink, SpeechJob
 from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
 from services.talker.model.generate import RowStart, TalkerRunner
 from services.talker.model.prompt import ASSISTANT_PREAMBLE
@@ -68,6 +73,7 @@ class SpeechEngine:
         self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         self._pending: dict[int, SpeechJob] = {}  # submitted, no row yet (insertion order: first come first served)
         self._running: dict[int, SpeechJob] = {}  # holding a row, or flushing its last audio
+        self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[SpeechJob, Output]]] = {}  # sent at iteration end
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="talker-engine", daemon=True)
         self._warmed = threading.Event()
@@ -90,11 +96,7 @@ class SpeechEngine:
         if self._failure is not None:
             handle.deliver(Unavailable(f"the talker engine has failed: {self._failure!r}", stage="talker"))
             return handle
-        loop = asyncio.get_running_loop()
-
-        def sink(item: object) -> None:
-            loop.call_soon_threadsafe(handle.deliver, item)
-
+        sink = Sink(asyncio.get_running_loop(), handle.deliver)
         code2wav = self.runner.model.code2wav
         stream = StreamingCode2Wav(code2wav, self.speech.first_chunk_frames, self.speech.chunk_frames,
                                    self.speech.left_context_frames)
@@ -175,6 +177,7 @@ class SpeechEngine:
         for job in [j for j in self._running.values() if j.is_done]:
             del self._running[job.job_id]
             self._send(job, job.finished())
+        self._flush()
         return started or stepped or decoded
 
     def _start_rows(self) -> bool:
@@ -220,9 +223,8 @@ class SpeechEngine:
         # deferred: the frame's new codes are read at the next settle, so decoding and sending audio below
         # overlap the GPU's frame instead of waiting for it
         frames = self.runner.step([j.state for j in ready], defer=True)  # (B, G)
-        host = frames.cpu() if any(j.inp.return_codes for j in ready) else None
-        for i, job in enumerate(ready):
-            job.add_frame(frames[i], host[i] if host is not None and job.inp.return_codes else None)
+        for job, frame in zip(ready, frames.unbind(0)):
+            job.add_frame(frame)
         elapsed = time.perf_counter() - t0
         for job in ready:
             job.compute_seconds += elapsed
@@ -232,30 +234,42 @@ class SpeechEngine:
 
     def _decode_chunks(self) -> bool:
         """One batched Code2Wav pass over every stream with a chunk ready; finished rows flush their tail."""
-        jobs = [j for j in self._running.values() if j.stream.ready_frames(final=self._final(j)) > 0]
+        jobs, finals = [], []
+        for job in self._running.values():  # every iteration, for every row: kept to attribute reads
+            final = job.state is not None and job.state.finished
+            if job.stream.ready_frames(final):
+                jobs.append(job)
+                finals.append(final)
         if not jobs:
             return False
         t0 = time.perf_counter()
-        pieces = decode_streams(self.runner.model.code2wav, [j.stream for j in jobs], [self._final(j) for j in jobs])
+        pieces = decode_streams(self.runner.model.code2wav, [j.stream for j in jobs], finals)
+        # every stream's new samples in one read-back (one wait for the GPU), then split on the host
+        flat = [p for parts in pieces for p in parts]
+        samples = torch.cat(flat).float().cpu().split([sum(p.shape[0] for p in parts) for parts in pieces])
         elapsed = time.perf_counter() - t0
-        for job, parts in zip(jobs, pieces):
+        for job, parts, wav in zip(jobs, pieces, samples):
             job.compute_seconds += elapsed
             if parts:
-                self._send(job, job.audio(parts))
+                self._send(job, job.audio(wav))
                 if job.chunks == 1 and log.isEnabledFor(logging.DEBUG):
                     log.debug("speech %s: %s", job.inp.request_id, job.first_audio_timeline())
         return True
 
-    @staticmethod
-    def _final(job: SpeechJob) -> bool:
-        return job.state is not None and job.state.finished
+    def _send(self, job: SpeechJob, item: Output) -> None:
+        """Queues `item` for the job's stream; `_flush` hands it over at the end of the iteration."""
+        self._outbox.setdefault(job.sink.loop, []).append((job, item))
 
-    def _send(self, job: SpeechJob, item: object) -> None:
-        try:
-            job.sink(item)
-        except RuntimeError:  # the stream's event loop is gone (shutdown): free the row
-            log.warning("dropping speech request %s: its stream can no longer be reached", job.inp.request_id)
-            self._drop(job)
+    def _flush(self) -> None:
+        """One `call_soon_threadsafe` per event loop for everything this iteration produced, in order."""
+        outbox, self._outbox = self._outbox, {}
+        for loop, items in outbox.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the loop is gone (shutdown): free the rows of its streams
+                for job in dict.fromkeys(job for job, _ in items):
+                    log.warning("dropping speech request %s: its stream can no longer be reached", job.inp.request_id)
+                    self._drop(job)
 
     def _drop(self, job: SpeechJob) -> None:
         """Cancel: forget the request and free its row and KV slot now."""
@@ -278,13 +292,17 @@ class SpeechEngine:
             if isinstance(cmd, _Add):
                 self._pending[cmd.job.job_id] = cmd.job
         for job in [*self._pending.values(), *self._running.values()]:
-            try:
-                job.sink(err)
-            except RuntimeError:
-                pass
+            self._send(job, err)
         self._pending.clear()
         self._running.clear()
+        self._flush()  # after any outputs the failed iteration had queued
         self._update_gauges()
+
+
+def _deliver(items: list[tuple[SpeechJob, Output]]) -> None:
+    """On the event loop: each output to its request's handle."""
+    for job, item in items:
+        job.sink.deliver(item)
 
 
 __all__ = ["SpeechEngine", "Sink"]

@@ -1,6 +1,7 @@
 """One Speak request inside the engine: text received so far, its talker row, its Code2Wav stream and its outputs."""
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,8 +12,15 @@ from services.talker.model.code2wav_stream import StreamingCode2Wav
 from services.talker.model.state import TalkerState
 from services.talker.request import SAMPLE_RATE, AudioOut, FinishedOut, SpeakInput, SpeechFinish
 
-# What the engine hands a request's stream: audio, the finish, or the error that ended it.
-Sink = Callable[[AudioOut | FinishedOut | BaseException], None]
+Output = AudioOut | FinishedOut | BaseException  # what the engine hands a request's stream: the error ends it
+
+
+@dataclass(frozen=True)
+class Sink:
+    """Where a request's outputs go: `deliver`, to be called on `loop` (the engine batches its calls per loop)."""
+
+    loop: asyncio.AbstractEventLoop
+    deliver: Callable[[Output], None]
 
 
 @dataclass(eq=False)
@@ -26,7 +34,8 @@ class SpeechJob:
     text: list[int] = field(default_factory=list)  # thinker ids that arrived before the talker row started
     text_ended: bool = False
     state: TalkerState | None = None  # set when the row starts (prefill)
-    frames: list[torch.Tensor] = field(default_factory=list)  # (G,) host codes per frame, when codes are returned
+    # (G,) device codes per frame, when codes are returned: read back with the chunk's audio, not one sync per frame
+    frames: list[torch.Tensor] = field(default_factory=list)
     emitted_frames: int = 0  # frames already covered by audio chunks
     emitted_samples: int = 0
     chunks: int = 0
@@ -71,21 +80,23 @@ class SpeechJob:
             state.finish_text()
         self.text = []
 
-    def add_frame(self, frame: torch.Tensor, host_frame: torch.Tensor | None) -> None:
+    def add_frame(self, frame: torch.Tensor) -> None:
         self.stream.push(frame)
-        if host_frame is not None:
-            self.frames.append(host_frame)
+        if self.inp.return_codes:
+            self.frames.append(frame)
 
     @property
     def is_done(self) -> bool:
         """Finished talking and every frame decoded: only the finish message is left."""
         return self.state is not None and self.state.finished and self.stream.decoded_frames == self.stream.num_frames
 
-    def audio(self, pieces: list[torch.Tensor]) -> AudioOut:
-        """The chunk for the waveform pieces that the frames decoded since the last chunk produced."""
+    def audio(self, samples: torch.Tensor) -> AudioOut:
+        """The chunk for the host samples that the frames decoded since the last chunk produced."""
         lo, hi = self.emitted_frames, self.stream.decoded_frames
-        samples = torch.cat(pieces).float().cpu()
-        codes = torch.stack(self.frames[lo:hi]) if self.inp.return_codes else None  # [frames, G]
+        codes = None
+        if self.inp.return_codes:  # [frames, G]; `frames` holds the frames from `emitted_frames` on
+            codes = torch.stack(self.frames[: hi - lo]).cpu()
+            del self.frames[: hi - lo]
         out = AudioOut(self.chunks, samples, hi - lo, codes)
         self.chunks += 1
         self.emitted_frames = hi

@@ -112,8 +112,9 @@ class SpeakReader:
 
 def pcm16(samples: torch.Tensor) -> bytes:
     """Little-endian 16-bit PCM of float samples, clamped to [-1, 1]."""
-    ints = (samples.float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
-    return ints.numpy().astype("<i2").tobytes()
+    # clamping after the scale and rounding gives the same integers with one temporary less
+    ints = torch.mul(samples.float(), 32767.0).round_().clamp_(-32767.0, 32767.0).to(torch.int16)
+    return ints.numpy().astype("<i2", copy=False).tobytes()  # no copy on a little-endian host
 
 
 def to_pb(out: AudioOut | FinishedOut, num_code_groups: int) -> talker_pb2.SpeakResponse:

@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from services.talker.model.code2wav import Code2Wav
 
@@ -30,9 +29,11 @@ class StreamingCode2Wav:
             if value < 1:
                 raise ValueError(f"StreamingCode2Wav {name}={value}: must be >= 1 frame")
         self.model = model
+        self.device = model.code_offset.device  # read per pushed frame: a module attribute lookup is slow
         self.first_chunk, self.chunk, self.left_context = first_chunk, chunk, left_context
-        # frames pushed but not decoded yet, (G, num_frames - decoded_frames)
-        self.pending = torch.empty(model.cfg.num_quantizers, 0, dtype=torch.long, device=model.code_offset.device)
+        # frames pushed but not decoded yet, one (G,) column each: a chunk stacks them once, where appending each
+        # frame to a (G, n) tensor would cost a device op per frame
+        self.pending: list[torch.Tensor] = []
         self.num_frames = 0
         self.decoded_frames = 0
         self.emitted = 0  # samples emitted so far
@@ -45,9 +46,14 @@ class StreamingCode2Wav:
         """Append frames `(G, n)` (or one frame `(G,)`)."""
         if self.closed:
             raise ValueError("StreamingCode2Wav: frames pushed after the final chunk was flushed")
-        frames = frames if frames.dim() == 2 else frames[:, None]
-        self.pending = torch.cat((self.pending, frames.to(self.pending.device, torch.long)), dim=1)
-        self.num_frames += frames.shape[1]
+        if frames.device != self.device or frames.dtype != torch.long:  # the engine's frames are already: no call
+            frames = frames.to(self.device, torch.long)
+        if frames.ndim == 1:
+            self.pending.append(frames)
+            self.num_frames += 1
+        else:
+            self.pending.extend(frames.unbind(1))
+            self.num_frames += frames.shape[1]
 
     def ready_frames(self, final: bool = False) -> int:
         """New frames the next chunk decodes now; 0 until enough arrived (`final`: whatever is left)."""
@@ -82,9 +88,13 @@ class _Group(NamedTuple):
 def _decode_group(model: Code2Wav, group: _Group) -> list[torch.Tensor]:
     """One chunk for streams sharing a batch key; returns each stream's new samples."""
     n, streams = group.frames, group.streams
-    # (B, G, n): a short final chunk is padded with code 0 after its last frame
-    codes = torch.stack([F.pad(s.pending[:, :r], (0, n - r)) if r < n else s.pending[:, :n]
-                         for s, r in zip(streams, group.ready)])  # fmt: skip
+    # (B, G, n) in one stack of every stream's frames: a short final chunk is padded with code 0 after its last frame
+    columns: list[torch.Tensor] = []
+    for s, r in zip(streams, group.ready):
+        columns += s.pending[:r]
+        if r < n:
+            columns += [torch.zeros_like(s.pending[0])] * (n - r)
+    codes = torch.stack(columns).view(len(streams), n, -1).transpose(1, 2)
     if group.context:
         past = torch.cat([s.past for s in streams], dim=2)  # type: ignore[misc]
         context: torch.Tensor | None = torch.cat([s.context for s in streams])  # type: ignore[misc]
@@ -98,7 +108,7 @@ def _decode_group(model: Code2Wav, group: _Group) -> list[torch.Tensor]:
         emit_to = end * model.samples_per_frame - model.held_back
         offset = first * model.samples_per_frame
         pieces.append(step.wav[b, s.emitted - offset : emit_to - offset])
-        s.pending = s.pending[:, r:]
+        del s.pending[:r]
         s.decoded_frames, s.emitted = end, emit_to
         if r < n:  # the cache and context now include the padding
             s.past, s.context, s.closed = None, None, True

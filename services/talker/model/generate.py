@@ -10,7 +10,8 @@ from torch.nn.utils.rnn import pad_sequence
 
 from runtime.errors import OmniError
 from services.talker.model.frame_graphs import FrameGraphs, batch_buckets
-from services.talker.model.frame_step import FrameInputs, FrameStep, SlotTables, frame_mode, knob_row
+from services.talker.model.frame_staging import FrameStaging
+from services.talker.model.frame_step import FrameStep, SlotTables
 from services.talker.model.load import TalkerModel
 from services.talker.model.prefill_graphs import PrefillGraphs
 from services.talker.model.prompt import Prefill, SpeechPrompt, build_prefill, trailing_text
@@ -64,6 +65,9 @@ class TalkerRunner:
         # per slot (the last row is the KV pool's scratch slot): seen codes, next code 0 and its talker state
         self.tables = SlotTables.allocate(max_rows, vocab, cfg.lm.hidden_size, model.dtype, model.device)
         self.seen = self.tables.seen
+        # one frame's uniforms per row: the talker's vocabulary, then each codebook's; a greedy row's are zeros
+        noise_width = vocab + (cfg.num_code_groups - 1) * cfg.code_predictor.vocab_size
+        self._no_noise = torch.zeros(noise_width, device=model.device)
         # `fast`: frames run through FrameStep (fused kernels, no host sync), captured per batch bucket when
         # `cuda_graphs`; otherwise `step` is the plain reference loop below.
         self.frames: FrameGraphs | None = None
@@ -74,6 +78,7 @@ class TalkerRunner:
             capture = cuda_graphs and model.device.type == "cuda"
             self.frames = FrameGraphs(step, batch_buckets(max_rows), capture=capture)
             self.prefills = PrefillGraphs(model.lm, self.kv, batch_buckets(max_rows), prefill_tokens, capture)
+            self._staging = FrameStaging(max_rows, self.kv.num_slots, model.device)
             self._codes_host = torch.zeros(max_rows, dtype=torch.long, pin_memory=model.device.type == "cuda")
 
     @torch.no_grad()
@@ -132,6 +137,8 @@ class TalkerRunner:
         state.slot = self.kv.allocate()
         state.seen = self.seen[state.slot]
         state.seen.zero_()
+        if self.frames is not None:
+            self._staging.set_sampling(state.slot, req.sampling)
         return state, prefill
 
     def _prefill(self, states: list[TalkerState], prefills: list[Prefill]) -> None:
@@ -226,40 +233,35 @@ class TalkerRunner:
     def _step_fast(self, states: Sequence[TalkerState]) -> torch.Tensor:
         """Launch one frame through FrameGraphs; the rows' next codes are read by `settle()`."""
         assert self.frames is not None
-        dev = self.model.device
         going = [s.num_frames + 1 < s.max_frames for s in states]  # a row's last frame needs no talker step
         for s, go in zip(states, going):
             if go:
                 self.kv.check_capacity(s.cache_len + 1)
-        mode = frame_mode(s.sampling for s in states)
+        slots = [s.slot for s in states]
+        mode = self._staging.mode(slots)
         talker_noise, predictor_noise = self._noise(states) if mode != "greedy" else (None, None)
-        host_long = torch.tensor([
-            [s.next_text() if go else s.tts_pad for s, go in zip(states, going)],
-            [s.slot for s in states],
-            [s.cache_len for s in states],
-        ]).to(dev)  # fmt: skip
-        inputs = FrameInputs(
-            text_ids=host_long[0], positions=torch.tensor([s.next_position for s in states]).to(dev),
-            slots=host_long[1], cache_len=host_long[2],
-            knobs=torch.tensor([knob_row(s.sampling) for s in states]).to(dev),
-            talker_noise=talker_noise, predictor_noise=predictor_noise,
-        )  # type: ignore[arg-type]  # noise is None only for a greedy batch, whose graph never reads it
+        inputs = self._staging.inputs(
+            [s.next_text() if go else s.tts_pad for s, go in zip(states, going)], slots,
+            [s.cache_len for s in states], [s.next_position for s in states], talker_noise, predictor_noise,
+        )  # fmt: skip
         out = self.frames.run(inputs, mode)
         codes = self._codes_host[: len(states)]
         codes.copy_(out.next_code0, non_blocking=True)
-        copied = torch.cuda.Event() if dev.type == "cuda" else None
+        copied = torch.cuda.Event() if self.model.device.type == "cuda" else None
         if copied is not None:
             copied.record()
         frames = out.frames.clone()  # the graph's outputs are rewritten next frame
-        for s, go in zip(states, going):
+        continuing, rows = [], []
+        for i, (s, go) in enumerate(zip(states, going)):
             s.num_frames += 1
             if go:
                 s.cache_len, s.next_position = s.cache_len + 1, s.next_position + 1
+                continuing.append(s)
+                rows.append(i)
             else:
                 self._finish(s)  # stream order keeps this frame's writes before a new owner's prefill
-        self._pending = _Pending([s for s, go in zip(states, going) if go], [i for i, go in enumerate(going) if go],
-                                 codes, copied)
-        self._draw_ahead(self._pending.states)  # while the GPU runs the frame
+        self._pending = _Pending(continuing, rows, codes, copied)
+        self._draw_ahead(continuing)  # while the GPU runs the frame
         return frames
 
     @property
@@ -301,12 +303,12 @@ class TalkerRunner:
 
     def _noise(self, states: Sequence[TalkerState]) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's uniforms for this step from its own generator: talker `(B, V)`, predictor `(B, G-1, V')`."""
-        cfg, dev = self.model.cfg, self.model.device
+        cfg = self.model.cfg
         v_talker, groups, v_pred = cfg.lm.vocab_size, cfg.num_code_groups - 1, cfg.code_predictor.vocab_size
         rows = []
         for s in states:
             if s.generator is None:
-                rows.append(torch.zeros(v_talker + groups * v_pred, device=dev))
+                rows.append(self._no_noise)  # only read (stacked into a new tensor)
             elif s.next_noise is not None:
                 rows.append(s.next_noise)
                 s.next_noise = None
@@ -322,10 +324,8 @@ class TalkerRunner:
                 s.next_noise = self._draw(s)
 
     def _draw(self, state: TalkerState) -> torch.Tensor:
-        """One frame's uniforms from the row's own generator: the talker's vocabulary, then each codebook's."""
-        cfg = self.model.cfg
-        width = cfg.lm.vocab_size + (cfg.num_code_groups - 1) * cfg.code_predictor.vocab_size
-        return torch.rand(width, generator=state.generator, device=self.model.device)
+        """One frame's uniforms from the row's own generator (the layout of `_no_noise`)."""
+        return torch.rand(self._no_noise.shape[0], generator=state.generator, device=self._no_noise.device)
 
     def _advance(self, states: Sequence[TalkerState], hidden: torch.Tensor, noise: torch.Tensor) -> None:
         """Choose each row's next codebook-0 code from the talker's hidden `(B, hidden)`; EOS finishes a row."""

@@ -3,6 +3,7 @@ loudly rather than hanging."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -179,3 +180,49 @@ def test_a_failed_warm_up_fails_the_engine_at_start(model: TalkerModel) -> None:
     with pytest.raises(RuntimeError, match="warm-up") as caught:
         SpeechEngine(BrokenRunner(model, 1, 40), SPEECH, EOS)
     assert "no device" in str(caught.value.__cause__)
+
+
+def test_an_iteration_hands_its_outputs_to_the_loop_in_one_call(engine: SpeechEngine) -> None:
+    """The last chunk and the finish come out of the same iteration: one wake-up of the loop carries both."""
+
+    async def run() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        calls = 0
+        plain = loop.call_soon_threadsafe
+
+        def counted(callback, *args):  # noqa: ANN001, ANN202
+            nonlocal calls
+            calls += 1
+            return plain(callback, *args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        handle = engine.submit(_input())
+        handle.push_text([20, 21, 22])
+        handle.end_text()
+        chunks, _ = await _drain(handle)
+        return calls, len(chunks) + 1
+
+    calls, outputs = asyncio.run(run())
+    assert 0 < calls < outputs
+
+
+def test_a_stream_whose_loop_is_gone_is_dropped_and_frees_its_row(engine: SpeechEngine,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    async def submit() -> SpeechHandle:
+        return engine.submit(_input())
+
+    handle = asyncio.run(submit())  # its loop is closed before the request can produce anything
+    with caplog.at_level("WARNING", logger="services.talker.engine"):
+        handle.push_text([20, 21, 22])
+        handle.end_text()
+        deadline = time.monotonic() + 30
+        while not _dropped(caplog) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert _dropped(caplog)
+    while len(engine.runner.kv.free_slots) < SPEECH.max_rows and time.monotonic() < deadline:
+        time.sleep(0.01)  # the drop frees the row within the iteration that logged it
+    assert len(engine.runner.kv.free_slots) == SPEECH.max_rows and engine.failure is None
+
+
+def _dropped(caplog: pytest.LogCaptureFixture) -> bool:
+    return any("can no longer be reached" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,23 @@
+"""The engine host-time harness runs end to end on the demo checkpoint (a smoke test; its numbers are its output)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.talker.profile_engine_host import main
+from services.talker.engine import SpeechEngine
+
+
+def test_tiny_run_reports_every_phase(demo_ckpt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "host.json"
+    iterate = SpeechEngine.__dict__["_iterate"]
+    main(["--model", str(demo_ckpt), "--rows", "1", "2", "--frames", "6", "--repeat", "2", "--count-ops",
+          "--out", str(out)])
+    results = json.loads(out.read_text())
+    assert [r["rows"] for r in results] == [1, 2]
+    for r in results:
+        assert r["iterations"] >= r["launches"] >= 6 and r["audio_s_per_s"] > 0  # rows may start apart
+        assert r["phases_us_per_iter"]["frame_step"] > 0 and r["phases_us_per_iter"]["decode_streams"] > 0
+        assert r["device_busy_us_per_iter"] > 0 and r["engine_us_per_iter"] > r["engine_less_bulk_us_per_iter"]
+        assert r["torch_calls_per_iter"] > r["pre_launch_torch_calls_per_frame"] > 0
+    assert SpeechEngine.__dict__["_iterate"] is iterate  # the phase timers are taken off again
