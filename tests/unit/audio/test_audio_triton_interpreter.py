@@ -2,20 +2,12 @@
 (skipped where triton is missing)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
+from tests.triton_scripts import assert_script_passes
 
 HERE = Path(__file__).parent
-REPO = HERE.parents[2]
 
 
 def test_audio_kernels_match_references_in_the_interpreter() -> None:
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, str(HERE / "audio_interpreter_check.py")], env=env, capture_output=True,
-                          text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert_script_passes(HERE / "audio_interpreter_check.py", interpret=True, timeout=240)

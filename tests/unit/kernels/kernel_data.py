@@ -1,11 +1,7 @@
-"""What the kernel tests share: skewed MoE routings, paged KV caches, error measures, and a fresh-process runner for
-their check scripts."""
+"""What the kernel tests share: skewed MoE routings, paged KV caches, error measures, and the entry point of the
+test files that check their kernel by running themselves."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Callable, NamedTuple
 
 import torch
@@ -13,31 +9,10 @@ import torch
 from runtime.kernels.moe_reference import Routing
 
 
-REPO = Path(__file__).resolve().parents[3]
-
-
-def run_script(script: Path, *args: str, interpret: bool, timeout: float = 240) -> subprocess.CompletedProcess:
-    """Runs a kernel check script in a fresh process: TRITON_INTERPRET is read when triton is first imported, so the
-    interpreter (interpret=True) and the sm_90 compile check (False: the variable removed) each need their own."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(REPO)}
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def assert_self_check_passes(script: Path, mode: str) -> None:
-    """A test file that is also its own check script (`python file.py interpret|compile`) passes that check."""
-    import pytest
-
-    pytest.importorskip("triton")
-    proc = run_script(script, mode, interpret=mode == "interpret")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-
-
 def self_check_main(mode: str, interpreted: Callable[[torch.dtype], None], compiled: Callable[[], None],
                     label: str) -> None:
-    """The script side of `assert_self_check_passes`: the interpreter check in float32, float16 and bfloat16, or the
+    """The script side of a test file that checks its kernel by running itself (`python file.py interpret|compile`,
+    see tests/triton_scripts.py): the interpreter check in float32, float16 and bfloat16, or the
     sm_90 compile check."""
     torch.set_num_threads(1)
     if mode == "interpret":

@@ -7,8 +7,6 @@ is imported.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +15,9 @@ import torch.nn.functional as F
 
 from runtime.kernels.activation import silu_mul, silu_mul_reference
 
+from tests.triton_scripts import assert_script_passes
+
 HERE = Path(__file__).resolve()
-REPO = HERE.parents[3]
 TOLERANCE = {  # one rounding of the output dtype, relative
     torch.float32: {"rtol": 2e-6, "atol": 1e-6}, torch.float16: {"rtol": 1e-3, "atol": 1e-3},
     torch.bfloat16: {"rtol": 8e-3, "atol": 8e-3},
@@ -37,10 +36,7 @@ def test_reference_rounds_like_the_unfused_swiglu() -> None:
 
 
 def test_kernel_matches_reference_in_the_interpreter() -> None:
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, str(HERE)], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert_script_passes(HERE, interpret=True, timeout=120)
 
 
 @pytest.mark.gpu

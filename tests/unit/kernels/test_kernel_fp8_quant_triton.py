@@ -15,18 +15,19 @@ from pathlib import Path
 
 import torch  # importing torch leaves triton unimported, so the script can still set TRITON_INTERPRET first
 
-from tests.unit.kernels.kernel_data import assert_self_check_passes, self_check_main
+from tests.triton_scripts import assert_script_passes
+from tests.unit.kernels.kernel_data import self_check_main
 
 HERE = Path(__file__).resolve()
 BF16 = torch.bfloat16
 
 
 def test_quantize_kernel_matches_reference_in_the_interpreter() -> None:
-    assert_self_check_passes(HERE, "interpret")
+    assert_script_passes(HERE, "interpret", interpret=True)
 
 
 def test_quantize_kernel_compiles_for_sm90_without_spills() -> None:
-    assert_self_check_passes(HERE, "compile")
+    assert_script_passes(HERE, "compile", interpret=False)
 
 
 def interpreter_e4m3(scaled: torch.Tensor) -> torch.Tensor:

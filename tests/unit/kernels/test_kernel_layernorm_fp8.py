@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch  # importing torch leaves triton unimported, so the script can still set TRITON_INTERPRET first
 
-from tests.unit.kernels.kernel_data import assert_self_check_passes, self_check_main
+from tests.triton_scripts import assert_script_passes
+from tests.unit.kernels.kernel_data import self_check_main
 
 from runtime.kernels.fp8_quant import quantize_rows_reference
 from runtime.kernels.layernorm import add_layernorm_fp8, add_layernorm_fp8_reference, add_layernorm_reference
@@ -30,11 +31,11 @@ EPS = 1e-6  # the vision tower's layer_norm_eps
 
 
 def test_fused_fp8_kernel_matches_the_two_kernels_in_the_interpreter() -> None:
-    assert_self_check_passes(HERE, "interpret")
+    assert_script_passes(HERE, "interpret", interpret=True)
 
 
 def test_fused_fp8_kernel_compiles_for_sm90_without_spills() -> None:
-    assert_self_check_passes(HERE, "compile")
+    assert_script_passes(HERE, "compile", interpret=False)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, BF16])

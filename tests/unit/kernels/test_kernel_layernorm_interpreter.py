@@ -9,8 +9,6 @@ kernel's float32 statistics are summed in another order than PyTorch's, so they 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +16,9 @@ import torch  # importing torch leaves triton unimported, so the script can stil
 
 from runtime.kernels.layernorm import add_layernorm, add_layernorm_reference
 
+from tests.triton_scripts import assert_script_passes
+
 HERE = Path(__file__).resolve()
-REPO = HERE.parents[3]
 EPS = 1e-6  # the vision tower's layer_norm_eps
 
 
@@ -72,10 +71,7 @@ def check(dtype: torch.dtype) -> None:
 
 
 def test_add_layernorm_kernel_matches_reference_in_the_interpreter() -> None:
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, str(HERE)], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert_script_passes(HERE, interpret=True, timeout=120)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

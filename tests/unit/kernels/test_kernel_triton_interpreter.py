@@ -4,20 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.unit.kernels.kernel_data import run_script
+from tests.triton_scripts import assert_script_passes
 
 HERE = Path(__file__).parent
 
 
 def test_triton_kernels_match_references_in_the_interpreter() -> None:
-    pytest.importorskip("triton")
-    proc = run_script(HERE / "interpreter_check.py", interpret=True)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert_script_passes(HERE / "interpreter_check.py", interpret=True)
 
 
 def test_triton_kernels_compile_for_sm90_without_spills() -> None:
-    pytest.importorskip("triton")
-    proc = run_script(HERE / "compile_check.py", interpret=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    assert_script_passes(HERE / "compile_check.py", interpret=False)

@@ -8,15 +8,13 @@ way; the GPU test checks the real rounding.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 import torch  # importing torch leaves triton unimported, so the script can still set TRITON_INTERPRET first
 
+from tests.triton_scripts import assert_script_passes
+
 HERE = Path(__file__).resolve()
-REPO = HERE.parents[3]
 
 
 def truncate_to_bf16(x: torch.Tensor) -> torch.Tensor:
@@ -51,10 +49,7 @@ def check(dtype: torch.dtype) -> None:
 
 
 def test_vision_rotary_kernel_matches_reference_in_the_interpreter() -> None:
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, str(HERE)], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert_script_passes(HERE, interpret=True, timeout=120)
 
 
 if __name__ == "__main__":

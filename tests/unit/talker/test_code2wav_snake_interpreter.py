@@ -1,21 +1,12 @@
 """Code2Wav's Triton SnakeBeta kernel checked on CPU through Triton's interpreter (skipped without triton)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
+from tests.triton_scripts import assert_script_passes
 
 HERE = Path(__file__).parent
-REPO = HERE.parents[2]
 
 
 def test_snake_kernel_matches_reference_in_the_interpreter() -> None:
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "snake_interpreter_check.py")], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert_script_passes(HERE / "snake_interpreter_check.py", interpret=True, timeout=120)
