@@ -37,13 +37,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from runtime.config import VISION_LINEAR_DTYPES
 from runtime.kernels._backend import use_triton
 from runtime.kernels.fp8_quant import quantize_rows
 from runtime.kernels.layernorm import add_layernorm, add_layernorm_fp8, add_layernorm_reference
 from runtime.kernels.vision_rotary import vision_rotary, vision_rotary_reference
 from services.vision.model import Grid, VisionOutput, VisionTower, VisionTowerConfig
 from services.vision.model.attention import ATTENTION_BACKENDS, select_attention
-from services.vision.model.fp8_linear import LINEAR_DTYPES, Fp8Linear, check_linear_dtype
+from services.vision.model.fp8_linear import Fp8Linear, check_linear_dtype
 from services.vision.model.layers import reads_fp8_rows
 from services.vision.model.plan import build_plan
 from services.vision.preprocess import VisionPreprocessor
@@ -468,7 +469,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--attention", default="all",
                         help=f"comma-separated backends to time, the first being 'ours', or 'all' (default: every "
                              f"backend this device takes) from {', '.join(ATTENTION_BACKENDS)}")
-    parser.add_argument("--linear", choices=LINEAR_DTYPES, default="native",
+    parser.add_argument("--linear", choices=VISION_LINEAR_DTYPES, default="native",
                         help="the tower's block linears (qkv, proj, fc1, fc2): native (the tower's dtype, default) or "
                              "fp8 (e4m3, CUDA with compute capability >= 8.9 and bfloat16; also times the native tower "
                              "and records the FP8 outputs' error against it)")

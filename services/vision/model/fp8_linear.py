@@ -13,7 +13,6 @@ from torch import nn
 from runtime.config import VISION_LINEAR_DTYPES
 from runtime.kernels.fp8_quant import QuantizedRows, quantize_rows, quantize_rows_reference
 
-LINEAR_DTYPES = VISION_LINEAR_DTYPES  # the vision stage's setting: native runs the block linears in the tower's dtype
 FP8_MIN_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) are the first with FP8 tensor cores
 GEMM_ALIGNMENT = 16  # the FP8 GEMM needs in_features and out_features divisible by 16
 # Accumulate in the tensor cores' own precision (no periodic promotion to float32 in registers): the FP8 inference
@@ -23,8 +22,8 @@ FAST_ACCUM = True
 
 def check_linear_dtype(name: str, device: torch.device, dtype: torch.dtype) -> None:
     """Raises ValueError, saying why and what is allowed, unless the block linears can run as `name` here."""
-    if name not in LINEAR_DTYPES:
-        raise ValueError(f"linear_dtype={name!r} is not supported; use one of {LINEAR_DTYPES}")
+    if name not in VISION_LINEAR_DTYPES:  # "native": the block linears in the tower's dtype
+        raise ValueError(f"linear_dtype={name!r} is not supported; use one of {VISION_LINEAR_DTYPES}")
     if name == "native":
         return
     if device.type != "cuda":

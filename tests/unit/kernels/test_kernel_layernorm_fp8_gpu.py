@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.kernels.fp8_quant import QuantizedRows, quantize_rows
+from runtime.kernels.fp8_quant import dequantize_rows, quantize_rows
 from runtime.kernels.layernorm import add_layernorm, add_layernorm_fp8, add_layernorm_fp8_reference
 
 pytestmark = pytest.mark.gpu
@@ -51,12 +51,8 @@ def test_fused_fp8_equals_norm_then_quantize(dtype: torch.dtype, rows: int, resi
     # sign (ordinals then differ by tens on the H200), so the absolute bound there is e4m3's smallest normal step.
     # Row 0 (constant h: variance 0, so 1/sqrt(eps) multiplies whatever residue the reference's mean leaves) is held
     # to the two-pass kernels above only.
-    torch.testing.assert_close(dequantized(got.normed)[1:], dequantized(want.normed)[1:], rtol=2**-3,
+    torch.testing.assert_close(dequantize_rows(got.normed)[1:], dequantize_rows(want.normed)[1:], rtol=2**-3,
                                atol=float(want.normed.scale.max()) * 2**-6)
-
-
-def dequantized(rows: QuantizedRows) -> torch.Tensor:
-    return rows.values.float() * rows.scale
 
 
 def test_fp32_takes_the_reference() -> None:
