@@ -235,7 +235,7 @@ class SpeechEngine:
     def _decode_chunks(self) -> bool:
         """One batched Code2Wav pass over every stream with a chunk ready; finished rows flush their tail."""
         jobs, finals = [], []
-        for job in self._running.values():  # every iteration, for every row: kept to attribute reads
+        for job in self._running.values():  # every iteration and row: each job's state is read once
             final = job.state is not None and job.state.finished
             if job.stream.ready_frames(final):
                 jobs.append(job)
