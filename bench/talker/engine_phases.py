@@ -11,7 +11,7 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-from services.talker import engine as engine_module
+from services.talker import chunk_decoder as chunk_decoder_module
 from services.talker.engine import SpeechEngine
 from services.talker.job import SpeechJob
 from services.talker.model import code2wav_stream
@@ -95,14 +95,15 @@ def instrument(runner: TalkerRunner, phases: Phases) -> Restore:
         (SpeechEngine, "_iterate", "iterate_other"),
         (SpeechEngine, "_has_work", "loop_other"), (SpeechEngine, "_update_gauges", "loop_other"),
         (SpeechEngine, "_start_rows", "start_rows"), (SpeechEngine, "_step_rows", "step_rows_engine"),
-        (SpeechEngine, "_decode_chunks", "decode_select"), (SpeechEngine, "_send", "send"),
+        (SpeechEngine, "_decode_chunks", "decode_launch"), (SpeechEngine, "_collect_audio", "audio_collect"),
+        (SpeechEngine, "_send", "send"),
         (SpeechJob, "audio", "audio_chunk"), (SpeechJob, "finished", "finish"),
         (runner, "settle", "settle"), (runner, "step", "frame_step"), (runner, "_draw", "noise_draws"),
         (runner, "_noise", "noise_stack"), (runner.frames, "run", "frame_load"),
     ]  # fmt: skip
-    # the engine module imported decode_streams by name
-    restore: Restore = [(engine_module, "decode_streams", engine_module.decode_streams)]
-    engine_module.decode_streams = phases.wrap("decode_streams", code2wav_stream.decode_streams)
+    # the chunk decoder's module imported decode_streams by name
+    restore: Restore = [(chunk_decoder_module, "decode_streams", chunk_decoder_module.decode_streams)]
+    chunk_decoder_module.decode_streams = phases.wrap("decode_streams", code2wav_stream.decode_streams)
     for owner, attr, name in patches:
         own = getattr(owner, "__dict__", {})
         restore.append((owner, attr, own[attr] if attr in own else None))  # None: an instance's, from its class

@@ -8,7 +8,8 @@ for its next thinker token sits out the step without holding anyone up.
 The thread's host work is on every frame's path (the GPU idles from a frame's end to the next launch), so it is
 kept per iteration rather than per row where it can be: one read-back of all the chunks' samples, one hand-off to
 each event loop for all its streams' outputs (every `call_soon_threadsafe` wakes the loop, which then contends
-for the GIL with this thread).
+for the GIL with this thread). Code2Wav runs on a side stream beside the next frame (`ChunkDecoder`): a chunk's
+samples go out one iteration after its decode is launched, read back once the next frame is on its way.
 """
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ import torch
 from runtime.config import SpeechConfig
 from runtime.errors import OmniError, Unavailable
 from runtime.metrics import Metrics
+from services.talker.chunk_decoder import ChunkDecoder
 from services.talker.handle import SpeechHandle
 from services.talker.job import Output, Sink, SpeechJob
-from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
+from services.talker.model.code2wav_stream import StreamingCode2Wav
 from services.talker.model.generate import RowStart, TalkerRunner
 from services.talker.model.prompt import ASSISTANT_PREAMBLE
 from services.talker.prefill_batch import prefill_batch
@@ -75,6 +77,7 @@ class SpeechEngine:
         self._running: dict[int, SpeechJob] = {}  # holding a row, or flushing its last audio
         self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[SpeechJob, Output]]] = {}  # sent at iteration end
         self._failure: BaseException | None = None
+        self._chunks = ChunkDecoder(runner.model.code2wav)
         self._thread = threading.Thread(target=self._loop, name="talker-engine", daemon=True)
         self._warmed = threading.Event()
         self._thread.start()
@@ -140,7 +143,7 @@ class SpeechEngine:
             self._fail_all(Unavailable(f"the talker engine has failed: {e!r}", stage="talker"))
 
     def _has_work(self) -> bool:
-        if self.runner.has_pending:  # a launched frame's codes to read (an EOS there ends its row)
+        if self.runner.has_pending or self._chunks.busy:  # a launched frame's codes or chunk's samples to read
             return True
         if self.runner.kv.free_slots and any(j.can_start for j in self._pending.values()):
             return True
@@ -173,12 +176,13 @@ class SpeechEngine:
     def _iterate(self) -> bool:
         started = self._start_rows()
         stepped = self._step_rows()
+        collected = self._collect_audio()  # the last iteration's chunks, now that this one's frame is launched
         decoded = self._decode_chunks()
-        for job in [j for j in self._running.values() if j.is_done]:
+        for job in [j for j in self._running.values() if j.is_done and not self._chunks.holds(j)]:
             del self._running[job.job_id]
             self._send(job, job.finished())
         self._flush()
-        return started or stepped or decoded
+        return started or stepped or collected or decoded
 
     def _start_rows(self) -> bool:
         """One prefill for the requests that can start now (first come first served, within `max_prefill_tokens`)."""
@@ -233,7 +237,7 @@ class SpeechEngine:
         return True
 
     def _decode_chunks(self) -> bool:
-        """One batched Code2Wav pass over every stream with a chunk ready; finished rows flush their tail."""
+        """Launch one batched Code2Wav pass over every stream with a chunk ready; finished rows flush their tail."""
         jobs, finals = [], []
         for job in self._running.values():  # every iteration and row: each job's state is read once
             final = job.state is not None and job.state.finished
@@ -242,19 +246,19 @@ class SpeechEngine:
                 finals.append(final)
         if not jobs:
             return False
-        t0 = time.perf_counter()
-        pieces = decode_streams(self.runner.model.code2wav, [j.stream for j in jobs], finals)
-        # every stream's new samples in one read-back (one wait for the GPU), then split on the host
-        flat = [p for parts in pieces for p in parts]
-        samples = torch.cat(flat).float().cpu().split([sum(p.shape[0] for p in parts) for parts in pieces])
-        elapsed = time.perf_counter() - t0
-        for job, parts, wav in zip(jobs, pieces, samples):
-            job.compute_seconds += elapsed
-            if parts:
-                self._send(job, job.audio(wav))
-                if job.chunks == 1 and log.isEnabledFor(logging.DEBUG):
-                    log.debug("speech %s: %s", job.inp.request_id, job.first_audio_timeline())
+        self._chunks.launch(jobs, finals)
         return True
+
+    def _collect_audio(self) -> bool:
+        """Send the samples of the chunks launched last iteration (waits for that decode, not for this frame)."""
+        collected = self._chunks.collect()
+        for job, wav in collected:
+            if wav is None or job.job_id not in self._running:  # no chunk of it ran, or cancelled meanwhile
+                continue
+            self._send(job, job.audio(wav))
+            if job.chunks == 1 and log.isEnabledFor(logging.DEBUG):
+                log.debug("speech %s: %s", job.inp.request_id, job.first_audio_timeline())
+        return bool(collected)
 
     def _send(self, job: SpeechJob, item: Output) -> None:
         """Queues `item` for the job's stream; `_flush` hands it over at the end of the iteration."""

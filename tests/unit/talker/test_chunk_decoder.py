@@ -1,0 +1,72 @@
+"""ChunkDecoder on CPU: a launch's samples are what decode_streams gives the same streams, collected once, and a
+second launch before the collect is refused (the engine collects each iteration's chunks on the next one)."""
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from services.talker.chunk_decoder import ChunkDecoder
+from services.talker.job import Sink, SpeechJob
+from services.talker.model.code2wav import Code2Wav
+from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
+from services.talker.model.load import TalkerModel
+from services.talker.model.prompt import SpeechPrompt
+from services.talker.model.sampling import GREEDY
+from services.talker.request import SpeakInput
+from tests.unit.talker.talker_tiny import tiny_talker
+
+
+@pytest.fixture(scope="module")
+def model() -> TalkerModel:
+    return tiny_talker()
+
+
+def _streams(code2wav: Code2Wav, groups: int, frames: list[int], seed: int = 0) -> list[StreamingCode2Wav]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for n in frames:
+        s = StreamingCode2Wav(code2wav, first_chunk=2, chunk=3, left_context=2)
+        s.push(torch.randint(0, code2wav.cfg.codebook_size, (groups, n), generator=gen))
+        out.append(s)
+    return out
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def _job(job_id: int, stream: StreamingCode2Wav, loop: asyncio.AbstractEventLoop) -> SpeechJob:
+    inp = SpeakInput("r", SpeechPrompt([1, 2], "ethan"), GREEDY, 16, return_codes=False)
+    return SpeechJob(job_id, inp, Sink(loop, lambda _: None), stream)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_collected_samples_are_decode_streams_output(model: TalkerModel, loop: asyncio.AbstractEventLoop,
+                                                     device: str) -> None:
+    """On CUDA the launch runs on the side stream; the reference decodes the same codes on the main stream."""
+    code2wav = copy.deepcopy(model.code2wav).to(device)
+    groups, frames = model.cfg.code_predictor.num_code_groups, [5, 2, 1]  # two chunks, one, nothing ready
+    jobs = [_job(i, s, loop) for i, s in enumerate(_streams(code2wav, groups, frames))]
+    expected = decode_streams(code2wav, _streams(code2wav, groups, frames), False)
+    decoder = ChunkDecoder(code2wav)
+    assert not decoder.busy and decoder.collect() == []
+    decoder.launch(jobs, [False] * len(jobs))
+    assert decoder.busy and all(decoder.holds(j) for j in jobs)
+    with pytest.raises(RuntimeError, match="not collected"):
+        decoder.launch(jobs, [False] * len(jobs))
+    collected = decoder.collect()
+    assert not decoder.busy and not decoder.holds(jobs[0])
+    assert [job for job, _ in collected] == jobs
+    for (_, wav), parts in zip(collected, expected):
+        if not parts:
+            assert wav is None
+        else:
+            torch.testing.assert_close(wav, torch.cat(parts).float().cpu(), rtol=0, atol=0)
+    assert jobs[0].stream.decoded_frames == 5 and jobs[2].stream.decoded_frames == 0
