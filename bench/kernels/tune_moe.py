@@ -22,7 +22,6 @@ import torch
 import triton
 from triton.testing import do_bench
 
-from runtime.kernels._backend import next_power_of_2
 from runtime.kernels.moe_align import MoeAlignment, align_torch
 from runtime.kernels.moe_config import (
     SMALL_DOWN, SMALL_GATE_UP, SMALL_PATH_MAX_TOKENS, GemmConfig, MoeConfig, config_to_json, default_config, shape_key,
@@ -80,20 +79,15 @@ def gemm_candidates(block_m: int, num_b_tiles: int) -> list[GemmConfig]:
     return keep
 
 
-def small_candidates(kind: str, tokens: int = 1) -> list[GemmConfig]:
-    """Small-path tiles. MMA tiles (16 rows, bn >= 16): gate_up wants enough N tiles to fill the GPU at 8 experts,
-    down enough at one token's H outputs; smem per stage is (16 x bk + b_tiles x bk x bn) x 2 bytes. CUDA-core tiles
-    (bn 4 or 8, moe_small_gemv_triton) keep fp32 products per (row, column, k) in registers: at most 64 a thread."""
-    b_tiles = 2 if kind == "gate_up" else 1
+def small_candidates(kind: str) -> list[GemmConfig]:
+    """Small-path tiles (16 rows): gate_up wants enough N tiles to fill the GPU at 8 experts, down enough at one
+    token's H outputs; smem per stage is (16 x bk + b_tiles x bk x bn) x 2 bytes."""
     if kind == "gate_up":
         grid = [(bn, bk, w, st) for bn in (16, 32, 64) for bk in (128, 256) for w in (4, 8) for st in (3, 4, 5)]
     else:
         grid = [(bn, bk, w, st) for bn in (16, 32) for bk in (128, 256, 512) for w in (2, 4, 8) for st in (3, 4, 5)]
-    mma = [GemmConfig(*c) for c in grid if c[3] * (16 * c[1] + b_tiles * c[1] * c[0]) * 2 <= SMEM_LIMIT]
-    rows = next_power_of_2(tokens) if kind == "gate_up" else 1
-    cuda_core = [GemmConfig(bn, bk, w, 1) for bn in (4, 8) for bk in (128, 256, 512) for w in (2, 4, 8)
-                 if rows * bn * bk * b_tiles <= 64 * 32 * w]
-    return mma + cuda_core
+    b_tiles = 2 if kind == "gate_up" else 1
+    return [GemmConfig(*c) for c in grid if c[3] * (16 * c[1] + b_tiles * c[1] * c[0]) * 2 <= SMEM_LIMIT]
 
 
 def tune_small(shape: Shape, m: int, tensors: dict, log: list[dict]) -> tuple[GemmConfig, GemmConfig, float]:
@@ -106,9 +100,9 @@ def tune_small(shape: Shape, m: int, tensors: dict, log: list[dict]) -> tuple[Ge
     def run(gate_up: GemmConfig, down: GemmConfig) -> torch.Tensor:
         return experts_small_triton(x, logits, w_gate_up, w_down, shape.top_k, True, gate_up, down)
 
-    _, gate_up = best_of(small_candidates("gate_up", m), lambda c: run(c, SMALL_DOWN), log, tag + " gate_up")
+    _, gate_up = best_of(small_candidates("gate_up"), lambda c: run(c, SMALL_DOWN), log, tag + " gate_up")
     gate_up = gate_up or SMALL_GATE_UP
-    ms, down = best_of(small_candidates("down", m), lambda c: run(gate_up, c), log, tag + " down")
+    ms, down = best_of(small_candidates("down"), lambda c: run(gate_up, c), log, tag + " down")
     return gate_up, down or SMALL_DOWN, ms
 
 

@@ -5,8 +5,7 @@ takes one (token, expert) pair; the first pair of each expert (its leader) runs 
 to it, one MMA row per token (a token lists an expert once, so the batch's tokens are the tile's rows), and writes
 each activation at its pair's row. The down kernel's grid is tokens x output tiles: a program adds its token's k
 expert outputs, scaled by their routing weights, in one fp32 accumulator, so no per-pair output and no reduce launch
-are left. Both kernels are deterministic (no atomics), so graph replays equal eager calls bit for bit. A tile config
-under 16 columns takes the CUDA-core variant of its kernel (moe_small_gemv_triton), which an MMA tile cannot be.
+are left. Both kernels are deterministic (no atomics), so graph replays equal eager calls bit for bit.
 """
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ import triton.language as tl
 from runtime.kernels._backend import next_power_of_2
 from runtime.kernels.moe_config import GemmConfig
 from runtime.kernels.moe_route_triton import topk_softmax_rows
-from runtime.kernels.moe_small_gemv_triton import small_down_gemv_kernel, small_gate_up_gemv_kernel
 
 MMA_ROWS = 16  # tl.dot's smallest row count: the tile holds up to this many tokens before it grows
 
@@ -143,26 +141,21 @@ def experts_small_triton(
     ids = torch.empty(num_pairs, dtype=torch.int32, device=x.device)
     weights = torch.empty(num_pairs, dtype=logits.dtype, device=x.device)  # the reference rounds them so
     out = torch.empty_like(x)
-    gemv_gate_up = gate_up_cfg.block_n < MMA_ROWS
-    gate_up_kernel = small_gate_up_gemv_kernel if gemv_gate_up else _small_gate_up_kernel
-    gate_up_kernel[(num_pairs, triton.cdiv(inter, gate_up_cfg.block_n))](
+    _small_gate_up_kernel[(num_pairs, triton.cdiv(inter, gate_up_cfg.block_n))](
         logits, x, w_gate_up, act, ids, weights,
         num_tokens, num_experts, inter, hidden,
         logits.stride(0), x.stride(0), w_gate_up.stride(0), w_gate_up.stride(1), act.stride(0),
         TOP_K=top_k, K_PAD=next_power_of_2(top_k), BLOCK_E=next_power_of_2(num_experts),
-        ROWS=next_power_of_2(num_tokens) if gemv_gate_up else max(MMA_ROWS, next_power_of_2(num_tokens)),
-        RENORM=norm_topk_prob,
+        ROWS=max(MMA_ROWS, next_power_of_2(num_tokens)), RENORM=norm_topk_prob,
         BLOCK_N=gate_up_cfg.block_n, BLOCK_K=gate_up_cfg.block_k, EVEN_K=hidden % gate_up_cfg.block_k == 0,
         num_warps=gate_up_cfg.num_warps, num_stages=gate_up_cfg.num_stages,
     )
-    down_grid = (num_tokens, triton.cdiv(hidden, down_cfg.block_n))
-    down_args = (act, w_down, out, ids, weights, hidden, inter,
-                 act.stride(0), w_down.stride(0), w_down.stride(1), out.stride(0))
-    down_tiles = dict(TOP_K=top_k, K_PAD=next_power_of_2(top_k), BLOCK_N=down_cfg.block_n, BLOCK_K=down_cfg.block_k,
-                      EVEN_K=inter % down_cfg.block_k == 0, num_warps=down_cfg.num_warps,
-                      num_stages=down_cfg.num_stages)
-    if down_cfg.block_n < MMA_ROWS:
-        small_down_gemv_kernel[down_grid](*down_args, **down_tiles)
-    else:
-        _small_down_sum_kernel[down_grid](*down_args, ROWS=MMA_ROWS, **down_tiles)
+    _small_down_sum_kernel[(num_tokens, triton.cdiv(hidden, down_cfg.block_n))](
+        act, w_down, out, ids, weights,
+        hidden, inter,
+        act.stride(0), w_down.stride(0), w_down.stride(1), out.stride(0),
+        TOP_K=top_k, K_PAD=next_power_of_2(top_k), ROWS=MMA_ROWS,
+        BLOCK_N=down_cfg.block_n, BLOCK_K=down_cfg.block_k, EVEN_K=inter % down_cfg.block_k == 0,
+        num_warps=down_cfg.num_warps, num_stages=down_cfg.num_stages,
+    )
     return out

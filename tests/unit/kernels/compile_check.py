@@ -82,9 +82,6 @@ def compile_moe() -> None:
         w_down = torch.zeros(experts, hidden, inter, dtype=BF16)
         logits = torch.zeros(4, experts, dtype=BF16)
         experts_small_triton(x, logits, w_gate_up, w_down, top_k, True, SMALL_GATE_UP, SMALL_DOWN)
-        for tokens in (1, 4):  # the CUDA-core tiles (under 16 columns) at the tuner's largest candidate tiles
-            experts_small_triton(x[:tokens], logits[:tokens], w_gate_up, w_down, top_k, True,
-                                 GemmConfig(8, 256, 4, 4), GemmConfig(8, 512, 4, 4))
         blocked = MoeConfig(16, GemmConfig(64, 128, 4, 4), GemmConfig(64, 128, 4, 3), small_max_tokens=0)
         fused_moe_triton(x, router, w_gate_up, w_down, top_k, True, None, blocked)
 

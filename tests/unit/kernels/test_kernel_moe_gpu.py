@@ -119,14 +119,12 @@ def ladder_logits(tokens: int, experts: int, same: bool) -> torch.Tensor:
     return (ladder[:1].expand(tokens, experts) if same else ladder).contiguous().to(BF16)
 
 
-@pytest.mark.parametrize("tiles", ["mma", "cuda-core"])
 @pytest.mark.parametrize("load", ["uniform", "skewed", "same"])
 @pytest.mark.parametrize("tokens", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize(("hidden", "inter", "top_k"), [(2048, 768, 8), (1024, 384, 6)])
 def test_small_path_matches_reference_and_the_grouped_path(
-    hidden: int, inter: int, top_k: int, tokens: int, load: str, tiles: str
+    hidden: int, inter: int, top_k: int, tokens: int, load: str
 ) -> None:
-    """`cuda-core`: tiles under 16 columns, which run the small path's CUDA-core kernels."""
     pytest.importorskip("triton")
     from runtime.kernels.moe_triton import routed_moe_triton
 
@@ -136,10 +134,8 @@ def test_small_path_matches_reference_and_the_grouped_path(
         logits = skewed_logits(tokens, 128, top_k, hot=77, dtype=BF16, device="cuda", seed=tokens)
     else:
         logits = ladder_logits(tokens, 128, same=load == "same")
-    cfg = default_config(tokens, 128, top_k)._replace(small_max_tokens=16)
-    if tiles == "cuda-core":
-        cfg = cfg._replace(small_gate_up=GemmConfig(8, 128, 4, 4), small_down=GemmConfig(8, 256, 4, 4))
-    small = routed_moe_triton(x, logits, w_gate_up, w_down, top_k, True, None, cfg)
+    cfg = default_config(tokens, 128, top_k)
+    small = routed_moe_triton(x, logits, w_gate_up, w_down, top_k, True, None, cfg._replace(small_max_tokens=16))
     grouped = routed_moe_triton(x, logits, w_gate_up, w_down, top_k, True, None, cfg._replace(small_max_tokens=0))
     ref = fp32_experts(x, topk_softmax_reference(logits, top_k), w_gate_up, w_down)
     assert rel_err(small, ref) < TOL
