@@ -7,9 +7,6 @@ Backends, picked once when the tower loads:
   (CUDA, fp16/bf16); a shape the kernel cannot take raises instead of silently running another one.
 - `varlen`: one variable-length flash kernel over all segments via `cu_seqlens` (the `flash_attn` package
   when importable, else `torch.nn.attention.varlen.varlen_attn`); CUDA with fp16/bf16 only.
-- `triton`: our Triton flash kernel over all segments via `cu_seqlens` (runtime/kernels/vision_attention.py),
-  q/k/v read by stride; head dim 72 runs as a 64-wide tile plus a 16-wide tail instead of cuDNN's 128-wide
-  tile. CUDA with fp16/bf16, head dims that are multiples of 8 from 16 to 128.
 - `auto`: on CUDA fp16/bf16, per batch: a plan of one run (video frames, same-size images) is a single dense
   SDPA call with cuDNN first (Hopper's fused kernel), other plans go to varlen; elsewhere `segments`.
 """
@@ -22,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from runtime.kernels._backend import triton_importable
 from services.vision.model.plan import VisionPlan
 
 # q, k, v [N, H, D] and the plan -> attention output [N, H, D]
@@ -84,18 +80,6 @@ def make_varlen() -> AttentionFn:
     return torch_flash_varlen
 
 
-def make_triton() -> AttentionFn:
-    """Our Triton varlen kernel; raises when triton is not importable."""
-    if not triton_importable():
-        raise RuntimeError("attention='triton' needs the triton package; use 'segments' or 'varlen'")
-    from runtime.kernels.vision_attention import vision_attention
-
-    def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: VisionPlan) -> torch.Tensor:
-        return vision_attention(q, k, v, plan.cu_seqlens, plan.max_seqlen)
-
-    return triton_attention
-
-
 def make_segments(kernels: list[SDPBackend]) -> AttentionFn:
     """`segment_sdpa` with SDPA limited to `kernels`, tried in that order."""
 
@@ -127,7 +111,7 @@ FORCED_SDPA = {
 AUTO_DENSE_ORDER = [
     SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH,
 ]
-ATTENTION_BACKENDS = ("auto", "segments", "varlen", "triton", *FORCED_SDPA)
+ATTENTION_BACKENDS = ("auto", "segments", "varlen", *FORCED_SDPA)
 
 
 def select_attention(name: str, device: torch.device, dtype: torch.dtype) -> tuple[str, AttentionFn]:
@@ -143,8 +127,6 @@ def select_attention(name: str, device: torch.device, dtype: torch.dtype) -> tup
         raise ValueError(f"attention={name!r} needs CUDA with fp16/bf16, got {device} {dtype}; use 'segments'")
     if name == "varlen":
         return name, make_varlen()
-    if name == "triton":
-        return name, make_triton()
     if name in FORCED_SDPA:
         return name, make_segments([FORCED_SDPA[name]])
     return name, segment_sdpa
