@@ -16,8 +16,10 @@ SECONDS=0
 timeout "${TEST_S:-220}" python3 -m pytest -q -m gpu -rfE -p no:cacheprovider tests/parity/thinker tests/parity/vision \
   tests/parity/audio tests/parity/talker 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 echo "tests done at ${SECONDS}s"
+# each stage's own-model benchmark (the other bench_*.py of a folder measure parts, or the mesh)
+declare -A STAGE_BENCH=([vision]=bench_vision_tower.py [audio]=bench_audio_encoder.py [talker]=bench_talker.py)
 for stage in ${BENCHES-vision audio talker}; do
-  script=$(ls bench/$stage/bench_*.py)
+  script=bench/$stage/${STAGE_BENCH[$stage]}
   timeout "${BENCH_S:-100}" python3 "$script" --out "$OUT/$stage.json" 2>&1 | tail -12
   echo "$stage bench done at ${SECONDS}s"
 done
