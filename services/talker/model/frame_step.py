@@ -29,6 +29,7 @@ from runtime.kernels import fused_add_rmsnorm, paged_attention
 from runtime.kernels.activation import silu_mul
 from runtime.kernels.fused_moe import routed_moe
 from runtime.kernels.rmsnorm import fused_add_rmsnorm_router, qk_norm_rope_cache
+from runtime.kernels.skinny_gemm import skinny_linear
 from services.talker.model.fused import AttentionWeights, SharedExpertWeights, predictor_weights, talker_weights
 from services.talker.model.kv import KVPool
 from services.talker.model.layers import rope_cos_sin
@@ -47,10 +48,12 @@ Mode = Literal["greedy", "topk", "full"]
 MODES: tuple[Mode, ...] = ("greedy", "topk", "full")
 TOP_WIDTH = 64
 PREDICTOR_BLOCK = 32  # code-predictor positions a row may use in one frame (talker state + 16 codebooks = 17)
-# Fewer rows than this go through a padded buffer into the GEMMs with hidden-size (1024) outputs (o_proj, the
-# shared expert's down): at 1-2 rows cuBLAS picks a kernel for them at ~10.7 us on the H200 (115 calls a frame),
-# at 8 the ~5 us one the other projections already get; the copy into the buffer costs less than the difference.
-GEMM_MIN_ROWS = 8
+# Up to this many rows, the GEMMs that cuBLAS serves worst at few rows take the skinny GEMM (runtime/kernels/
+# skinny_gemm.py): o_proj (1024 outputs) 12.8 us in cuBLAS at one row on the H200, 7.2 padded to 8 rows, 5.1 skinny;
+# the predictor's down 7.5 / 8.8 / 5.7; the shared expert's down 6.0 / 5.4 / 4.0; at 8 rows o_proj 6.1 / 5.1 and the
+# down 7.6 / 5.9 (`bench_skinny_gemm.py --rows 1,8`, results/2026-11-30-skinny-gemm-h200.json). q/k/v, gate/up and
+# the heads stay in cuBLAS, which is 5-15% faster there.
+SKINNY_ROWS = 8
 
 
 def frame_mode(samplings: Iterable[TalkerSampling]) -> Mode:
@@ -110,25 +113,16 @@ class FrameOutputs:
     next_code0: torch.Tensor  # (B,) long: codebook 0 of the next frame
 
 
-class PaddedLinear:
-    """F.linear that, when `enabled` (on CUDA), gives fewer than `min_rows` rows to the GEMM as `min_rows` (see
-    GEMM_MIN_ROWS): the rows are copied into a persistent buffer per width, whose other rows (zeros or stale rows of
-    an earlier call) only feed output rows that are dropped."""
+class DecodeLinear:
+    """F.linear, or, when `enabled` (on CUDA), the skinny GEMM for at most SKINNY_ROWS rows (see SKINNY_ROWS)."""
 
-    def __init__(self, min_rows: int, enabled: bool) -> None:
-        self.min_rows = min_rows
+    def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self._buffers: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        rows, width = x.shape
-        if not self.enabled or rows >= self.min_rows:
-            return F.linear(x, weight)
-        buffer = self._buffers.get((width, x.dtype))
-        if buffer is None:  # the first (warm-up) call of a width allocates it, off any graph capture
-            buffer = self._buffers[(width, x.dtype)] = x.new_zeros(self.min_rows, width)
-        buffer[:rows].copy_(x)
-        return F.linear(buffer, weight)[:rows]
+        if self.enabled and x.shape[0] <= SKINNY_ROWS:
+            return skinny_linear(x, weight)
+        return F.linear(x, weight)
 
 
 @dataclass(frozen=True)
@@ -206,7 +200,7 @@ class FrameStep:
         # the predictor's rotary table over its block's positions (every row sits at the same ones)
         self.predictor_rope = rope_cos_sin(torch.arange(PREDICTOR_BLOCK, device=model.device),
                                            model.predictor.inv_freq, model.dtype)
-        self.linear = PaddedLinear(GEMM_MIN_ROWS, model.device.type == "cuda")
+        self.linear = DecodeLinear(model.device.type == "cuda")
         self._plans: dict[int, _BatchPlan] = {}
 
     def __call__(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
@@ -289,7 +283,7 @@ class FrameStep:
             out = paged_attention(q, kv_cache, block_tables, step.kv_lens, step.cu_seqlens, steps)
             out = self.linear(out.reshape(batch * steps, -1), a.o)
             normed, residual = fused_add_rmsnorm(out, residual, a.post_norm, a.eps)
-            h = F.linear(silu_mul(F.linear(normed, w.gate_up)), w.down)
+            h = self.linear(silu_mul(F.linear(normed, w.gate_up)), w.down)
         last = lambda t: t.view(batch, steps, dim)[:, -1]  # noqa: E731 - the norm is per token: only the last one
         return fused_add_rmsnorm(last(h), last(residual), predictor.norm.weight, predictor.norm.eps).normed
 

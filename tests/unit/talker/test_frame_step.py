@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from runtime.checkpoint import token_ids as T
 from services.talker.model.frame_graphs import batch_buckets
-from services.talker.model.frame_step import GEMM_MIN_ROWS, PaddedLinear, frame_mode
+from services.talker.model.frame_step import SKINNY_ROWS, DecodeLinear, frame_mode
 from services.talker.model.generate import TalkerRunner
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt
@@ -33,13 +33,13 @@ def model() -> TalkerModel:
 
 
 def speak(model: TalkerModel, fast: bool, samplings: list[TalkerSampling], max_frames: list[int],
-          text_len: list[int], max_rows: int = 4, padded_gemms: bool = False,
+          text_len: list[int], max_rows: int = 4, skinny_gemms: bool = False,
           ) -> tuple[list[list[list[int]]], TalkerRunner]:  # fmt: skip
     """Rows start together, run out of text at different times and stop at their own frame limits.
 
-    `padded_gemms`: the fast step pads its few-row GEMMs as it does on CUDA (off on CPU otherwise)."""
+    `skinny_gemms`: the fast step's few-row GEMMs go to the skinny GEMM as on CUDA (its reference here)."""
     runner = TalkerRunner(model, max_rows, 60, fast=fast)
-    if padded_gemms:
+    if skinny_gemms:
         assert runner.frames is not None
         runner.frames.step.linear.enabled = True
     runner.suppress[model.cfg.tokens.codec_eos] = True  # the tiny random talker would stop at once otherwise
@@ -71,32 +71,25 @@ def test_fast_frames_equal_the_reference_loop(model: TalkerModel, samplings: lis
     assert sorted(runner.kv.free_slots) == [0, 1, 2, 3]
 
 
-def test_padded_gemm_rows_keep_the_reference_frames(model: TalkerModel) -> None:
+def test_skinny_gemm_rows_keep_the_reference_frames(model: TalkerModel) -> None:
     samplings = [TalkerSampling(seed=1), GREEDY, TalkerSampling(seed=3, top_k=5, top_p=0.7)]
     ref, _ = speak(model, False, samplings, [6, 4, 5], [3, 2, 1])
-    got, runner = speak(model, True, samplings, [6, 4, 5], [3, 2, 1], padded_gemms=True)
+    got, _ = speak(model, True, samplings, [6, 4, 5], [3, 2, 1], skinny_gemms=True)
     assert got == ref
-    assert runner.frames is not None and runner.frames.step.linear._buffers  # the padding did run
 
 
-def test_padded_linear_gives_few_rows_the_gemm_of_more() -> None:
-    gen = torch.Generator().manual_seed(0)
-    weight = torch.randn(24, 16, generator=gen, dtype=torch.float64)
-    linear = PaddedLinear(GEMM_MIN_ROWS, enabled=True)
-    for rows in (3, 1, 2, GEMM_MIN_ROWS, GEMM_MIN_ROWS + 1):  # 1 and 2 after 3: the buffer's stale rows stay out
-        x = torch.randn(rows, 16, generator=gen, dtype=torch.float64)
-        out = linear(x, weight)
-        assert out.shape == (rows, 24) and out.stride(-1) == 1
-        torch.testing.assert_close(out, F.linear(x, weight))
-    assert list(linear._buffers) == [(16, torch.float64)]  # one buffer per width, reused
-    assert linear._buffers[(16, torch.float64)].shape == (GEMM_MIN_ROWS, 16)
+def test_decode_linear_takes_the_skinny_gemm_up_to_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    import services.talker.model.frame_step as frame_step
 
-
-def test_padded_linear_off_is_plain_linear() -> None:
-    linear = PaddedLinear(GEMM_MIN_ROWS, enabled=False)
-    x, weight = torch.randn(1, 16), torch.randn(8, 16)
-    assert torch.equal(linear(x, weight), F.linear(x, weight))
-    assert not linear._buffers
+    calls: list[int] = []
+    monkeypatch.setattr(frame_step, "skinny_linear", lambda x, w: calls.append(x.shape[0]) or F.linear(x, w))
+    weight = torch.randn(24, 16)
+    for enabled in (True, False):
+        linear = DecodeLinear(enabled)
+        for rows in (1, SKINNY_ROWS, SKINNY_ROWS + 1):
+            x = torch.randn(rows, 16)
+            torch.testing.assert_close(linear(x, weight), F.linear(x, weight))
+    assert calls == [1, SKINNY_ROWS]  # enabled, and within its rows only
 
 
 def test_frame_mode_is_the_cheapest_exact_one() -> None:
