@@ -4,8 +4,9 @@ Run on the GPU machine:  PYTHONPATH=. python bench/kernels/bench_skinny_gemm.py 
 A time is one call's share of a CUDA graph of --calls back-to-back calls (CUDA events around each replay, median
 of --repeats), so launch gaps are like those in the engine's graphed steps. The calls cycle through copies of the
 weight that together outgrow L2, so each streams its weight from HBM as a model's next layer does. GB/s counts the
-weight, x and the output once. Baselines: F.linear; F.linear on rows padded to 8 (the frame step's PaddedLinear:
-a copy into an 8-row buffer first; M < 8 only); with the fused SwiGLU, F.linear then silu_mul (today's path).
+weight, x and the output once. Baselines: F.linear; F.linear on rows padded to 8 (what the talker frame ran under 8
+rows before the skinny GEMM: a copy into an 8-row buffer first; M < 8 only); with the fused SwiGLU, F.linear then
+silu_mul.
 --sweep times a grid of tilings at a few shapes and row counts, next to the default rule's pick.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ from runtime.kernels.skinny_gemm import Epilogue, SkinnyConfig, skinny_config, s
 BF16 = torch.bfloat16
 DEVICE = "cuda"  # a dev dry run of the harness swaps in "cpu" (and a stand-in for graph_us)
 ROWS = [1, 2, 4, 8, 16]
-PAD_ROWS = 8  # services/talker/model/frame_step.py GEMM_MIN_ROWS
+PAD_ROWS = 8  # the padded baseline's rows
 WEIGHT_BYTES_TARGET = 256 << 20  # weight copies per shape: together well past the H200's L2
 
 
@@ -109,7 +110,7 @@ class Case:
 
 
 def padded(x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """F.linear as PaddedLinear runs it under 8 rows: x copied into a persistent 8-row buffer first."""
+    """F.linear on x copied into a persistent 8-row buffer first (the padded baseline)."""
     buffer = x.new_zeros(PAD_ROWS, x.shape[1])
 
     def linear(w: torch.Tensor) -> torch.Tensor:
