@@ -78,6 +78,12 @@ def _filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_
 def sample(logits: torch.Tensor, options: list[SamplingOptions], generators: list[torch.Generator | None],
            histories: list[list[int]], outputs: list[list[int]]) -> SampleResult:
     """Samples one token per row of `logits` [B, V] (float32). Greedy rows take the argmax."""
+    want_lp = any(o.logprobs for o in options)
+    want_top = max((o.top_logprobs for o in options), default=0)
+    if not want_lp and not want_top and all(o.is_greedy and not o.needs_penalties for o in options):
+        # the common decode batch: one launch and the read-back, instead of a copy, a scale and a host-to-device
+        # copy of temperatures a step (each on the path from one step's end to the next's launch)
+        return SampleResult(torch.argmax(logits, dim=-1).tolist(), None, None, None)
     logits = apply_penalties(logits.float().clone(), options, histories, outputs)
     device = logits.device
     temps = torch.tensor([o.temperature if o.temperature > 0 else 1.0 for o in options], device=device)
@@ -92,8 +98,6 @@ def sample(logits: torch.Tensor, options: list[SamplingOptions], generators: lis
         # Greedy rows are scored on the unfiltered distribution: their logprobs are the model's (after penalties).
         final = torch.where(greedy.unsqueeze(1), scaled, _filter(scaled, top_k, top_p, min_p))
     tokens = torch.argmax(final, dim=-1)
-    want_lp = any(o.logprobs for o in options)
-    want_top = max((o.top_logprobs for o in options), default=0)
     logprobs_all = torch.log_softmax(final, dim=-1) if (sampled_rows or want_lp or want_top) else None
     if sampled_rows:
         probs = logprobs_all.exp()

@@ -44,6 +44,16 @@ def test_greedy_is_argmax_per_row() -> None:
     assert res.logprobs is None and res.top_ids is None and res.top_logprobs is None
 
 
+def test_an_all_greedy_batch_picks_what_the_full_path_picks() -> None:
+    """The all-greedy shortcut (no penalties, no logprobs) against the full path, forced by asking for logprobs."""
+    logits = random_logits(6)
+    plain = [SamplingOptions(temperature=0.0)] * 6
+    with_lp = [SamplingOptions(temperature=0.0, logprobs=True)] * 6
+    fast = sample(logits, plain, [None] * 6, [[]] * 6, [[]] * 6)
+    full = sample(logits, with_lp, [None] * 6, [[]] * 6, [[]] * 6)
+    assert fast.token_ids == full.token_ids and full.logprobs is not None
+
+
 def test_greedy_ignores_masks_and_does_not_touch_a_generator() -> None:
     logits = random_logits(1)
     g = torch.Generator().manual_seed(3)
