@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 
 from runtime.attention import allocate_kv_cache
 from runtime.kernels import fused_add_rmsnorm, paged_attention
+from runtime.kernels._backend import triton_importable
 from runtime.kernels.activation import silu_mul
 from runtime.kernels.fused_moe import routed_moe
 from runtime.kernels.rmsnorm import fused_add_rmsnorm_router, qk_norm_rope_cache
@@ -37,6 +38,9 @@ from services.talker.model.load import TalkerModel
 from services.talker.model.sampling import (
     TalkerSampling, TopKnobs, draw_among_top, exponentials, penalize, race, warp,
 )
+
+if TYPE_CHECKING:
+    from services.talker.model.pick_triton import RowKnobs
 
 # Columns of FrameInputs.knobs, one row per batch row.
 DO_SAMPLE, TEMPERATURE, TOP_K, TOP_P, PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P, PENALTY = range(8)
@@ -155,19 +159,34 @@ class _Picker:
     sample: torch.Tensor | None  # (B,) bool: rows that draw (None: a greedy frame); the others take the argmax
     top: TopKnobs | None  # "topk" mode
     full: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # "full" mode: temperature, top_k, top_p
+    # "topk" mode on CUDA: the settings as the one-launch pick kernel reads them (pick_triton), instead of `top`'s
+    # ~15 launches a codebook (a vocabulary top-k, softmaxes, a cumsum, gathers): 24 + 15 x 13 us a frame at one
+    # row on the H200 against 61 + 15 x 51 (bench_pick.py, results/2026-11-30-talker-pick-h200.json)
+    rows: RowKnobs | None = None
 
     @classmethod
-    def build(cls, knobs: torch.Tensor, columns: tuple[int, int, int], mode: Mode) -> _Picker:
+    def build(cls, knobs: torch.Tensor, columns: tuple[int, int, int], mode: Mode, kernel: bool | None = None
+              ) -> _Picker:  # fmt: skip
+        """`kernel`: "topk" mode through the pick kernel (None: where it runs, on CUDA with triton; False: the torch
+        path it replaces, which the tests compare it with)."""
         if mode == "greedy":
             return cls(None, None, None)
         temperature, top_k, top_p = (knobs[:, c] for c in columns)
         sample = knobs[:, DO_SAMPLE] > 0
         if mode == "topk":
+            if kernel if kernel is not None else knobs.is_cuda and triton_importable():
+                from services.talker.model.pick_triton import RowKnobs  # imports triton
+
+                return cls(sample, None, None, RowKnobs.build(sample, temperature, top_k, top_p, TOP_WIDTH))
             return cls(sample, TopKnobs.build(temperature, top_k, top_p, TOP_WIDTH), None)
         return cls(sample, None, (temperature, top_k.long(), top_p))
 
     def __call__(self, logits: torch.Tensor, exps: torch.Tensor | None) -> torch.Tensor:
         """argmax for greedy rows; temperature/top-k/top-p then the seeded exponential race for sampling rows."""
+        if self.rows is not None:
+            from services.talker.model.pick_triton import pick_codes
+
+            return pick_codes(logits, exps, self.rows)
         greedy = logits.argmax(dim=-1)
         if self.sample is None:
             return greedy
