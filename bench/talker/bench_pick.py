@@ -70,7 +70,7 @@ def bench_case(vocab: int, batch: int, warps: list[int], args: argparse.Namespac
     columns = (TEMPERATURE, TOP_K, TOP_P) if vocab == TALKER_VOCAB else (PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P)
     knobs = torch.tensor([knob_row(TalkerSampling())] * batch, device="cuda")
     logits, exps = inputs(vocab, batch, seed=vocab + batch)
-    picker = _Picker.build(knobs, columns, "topk")
+    picker = _Picker.build(knobs, columns, "topk", kernel=False)  # the torch path
     rows = RowKnobs.build(knobs[:, DO_SAMPLE] > 0, *(knobs[:, c] for c in columns), TOP_WIDTH)
     row: dict[str, Any] = {"vocab": vocab, "batch": batch,
                            "same_codes": torch.equal(picker(logits, exps), pick_codes(logits, exps, rows))}
