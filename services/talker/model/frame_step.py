@@ -160,7 +160,7 @@ class _Picker:
     top: TopKnobs | None  # "topk" mode
     full: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # "full" mode: temperature, top_k, top_p
     # "topk" mode on CUDA: the settings as the one-launch pick kernel reads them (pick_triton), instead of `top`'s
-    # ~15 launches a codebook (a vocabulary top-k, softmaxes, a cumsum, gathers): 24 + 15 x 13 us a frame at one
+    # ~15 launches a codebook (a vocabulary top-k, softmaxes, a cumsum, gathers): 12 + 15 x 9 us a frame at one
     # row on the H200 against 61 + 15 x 51 (bench_pick.py, results/2026-11-30-talker-pick-h200.json)
     rows: RowKnobs | None = None
 
