@@ -1,4 +1,12 @@
-"""One engine step: schedule() -> run() -> postprocess(), with sampling in between."""
+"""One engine step: schedule() -> run() -> postprocess(), with sampling in between.
+
+When the runner can read a token that is still on the device (`reads_pending_tokens`), a step runs one ahead: right
+after step N is launched, the scheduler counts it done with a placeholder for each token it draws, step N+1 is
+scheduled and launched (its rows read those tokens on the device), and only then are N's tokens read back and
+turned into events. The host work of a step (read-back, stop checks, events, scheduling, packing, input copies)
+then overlaps the GPU's next step instead of leaving the GPU idle. A row whose sequence ended at N is computed in
+N+1 for nothing and dropped. Batches that need penalties (the host's token histories) run one at a time.
+"""
 from __future__ import annotations
 
 import time
@@ -7,13 +15,23 @@ from typing import Protocol
 
 import torch
 
-from runtime.engine.sampler import RowGenerators, sample
+from runtime.engine.sampler import PendingSample, RowGenerators, launch_sample
 from runtime.engine.scheduler import ScheduledBatch, Scheduler
 from runtime.engine.sequence import FinishReason, Sequence
 
 
+@dataclass(frozen=True)
+class PendingTokens:
+    """Tokens a launched step is still drawing: the one for sequence `seq_id` is `tokens[index[seq_id]]` (device).
+    A runner that `reads_pending_tokens` takes this with a batch whose sequences end in PENDING_TOKEN."""
+
+    tokens: torch.Tensor
+    index: dict[int, int]
+
+
 class ModelRunner(Protocol):
-    """Runs the model on a scheduled batch."""
+    """Runs the model on a scheduled batch. A runner with a true `reads_pending_tokens` attribute also takes
+    `run(batch, pending)`, its batch's PENDING_TOKEN ids read from `pending` on the device."""
 
     device: torch.device
 
@@ -51,16 +69,30 @@ class StepStats:
     prefix_hit_tokens: int = 0
 
 
+@dataclass
+class _Launched:
+    """A step on the device: its batch, the sequences of its sampling rows (logits order) and their draws."""
+
+    batch: ScheduledBatch
+    seqs: list[Sequence]
+    draws: PendingSample
+    started: float
+
+
 class Engine:
     def __init__(self, scheduler: Scheduler, runner: ModelRunner) -> None:
         self.scheduler = scheduler
         self.runner = runner
         self._generators = RowGenerators(runner.device)
         self._by_id: dict[int, Sequence] = {}
+        self._run_ahead = bool(getattr(runner, "reads_pending_tokens", False))
+        self._in_flight: _Launched | None = None  # launched by the last step(), its tokens not read yet
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work
+        """Sequences to run, or a launched step whose tokens someone still waits for (not all of it aborted)."""
+        flight = self._in_flight
+        return self.scheduler.has_work or (flight is not None and any(not r.seq.is_finished for r in flight.batch.rows))
 
     def add(self, seq: Sequence) -> None:
         self._by_id[seq.seq_id] = seq
@@ -80,27 +112,26 @@ class Engine:
         self.runner.release(seq)
 
     def step(self) -> tuple[list[TokenEvent], StepStats | None]:
+        """Reads one step's tokens and returns their events; with run-ahead, also leaves the next step launched."""
         queried, hits = self.scheduler.num_prefix_queried_tokens, self.scheduler.num_prefix_hit_tokens
-        batch = self.scheduler.schedule()
-        if batch.is_empty:
-            return [], None
-        t0 = time.perf_counter()
-        logits = self.runner.run(batch)
-        rows = [r for r in batch.rows if r.samples]
-        seqs = [r.seq for r in rows]
-        result = sample(
-            logits,
-            [s.sampling for s in seqs],
-            [None if s.sampling.is_greedy else self._generators.get(s.seq_id, s.sampling.seed) for s in seqs],
-            [s.prompt_ids + s.output_ids if s.sampling.repetition_penalty != 1.0 else [] for s in seqs],
-            [s.output_ids for s in seqs],
-        )
-        sampled = {s.seq_id: t for s, t in zip(seqs, result.token_ids)}
-        self.scheduler.postprocess(batch, sampled)
+        launched, self._in_flight = self._in_flight, None
+        if launched is None:
+            launched = self._launch(self.scheduler.schedule(), None)
+            if launched is None:
+                return [], None
+        if self._may_run_ahead(launched):
+            pending = self.scheduler.advance(launched.batch, launched.seqs)
+            index = {s.seq_id: i for i, s in enumerate(launched.seqs)}
+            self._in_flight = self._launch(self.scheduler.schedule(), PendingTokens(launched.draws.tokens, index))
+            result = launched.draws.result()
+            self.scheduler.resolve(pending, {s.seq_id: t for s, t in zip(launched.seqs, result.token_ids)})
+        else:
+            result = launched.draws.result()
+            self.scheduler.postprocess(launched.batch, {s.seq_id: t for s, t in zip(launched.seqs, result.token_ids)})
         events = []
-        for i, seq in enumerate(seqs):
+        for i, seq in enumerate(launched.seqs):
             if seq.seq_id not in self._by_id:
-                continue  # aborted meanwhile
+                continue  # aborted meanwhile, or ended by an earlier step this one ran beside
             events.append(TokenEvent(
                 seq, result.token_ids[i],
                 result.logprobs[i] if result.logprobs is not None and seq.sampling.logprobs else None,
@@ -113,9 +144,34 @@ class Engine:
             if seq.is_finished:
                 self._by_id.pop(seq.seq_id, None)
                 self._release(seq)
-        stats = StepStats(time.perf_counter() - t0, len(batch.rows), batch.num_tokens, batch.num_preempted,
-                          len(self.scheduler.waiting), len(self.scheduler.running),
+        batch = launched.batch
+        stats = StepStats(time.perf_counter() - launched.started, len(batch.rows), batch.num_tokens,
+                          batch.num_preempted, len(self.scheduler.waiting), len(self.scheduler.running),
                           self.scheduler.blocks.usage_ratio,
                           self.scheduler.num_prefix_queried_tokens - queried,
                           self.scheduler.num_prefix_hit_tokens - hits)
         return events, stats
+
+    def _launch(self, batch: ScheduledBatch, pending: PendingTokens | None) -> _Launched | None:
+        """Runs the model on `batch` and queues its draws; nothing waits for the device. None: an empty batch."""
+        if batch.is_empty:
+            return None
+        started = time.perf_counter()
+        logits = self.runner.run(batch) if pending is None else self.runner.run(batch, pending)  # type: ignore[call-arg]
+        seqs = [r.seq for r in batch.rows if r.samples]
+        draws = launch_sample(
+            logits,
+            [s.sampling for s in seqs],
+            [None if s.sampling.is_greedy else self._generators.get(s.seq_id, s.sampling.seed) for s in seqs],
+            [s.prompt_ids + s.output_ids if s.sampling.repetition_penalty != 1.0 else [] for s in seqs],
+            [s.output_ids for s in seqs],
+        )
+        return _Launched(batch, seqs, draws, started)
+
+    def _may_run_ahead(self, launched: _Launched) -> bool:
+        """Whether to schedule the next step before reading this one's tokens: the runner reads pending tokens, this
+        step draws some, and no sequence needs its token history on the host (penalties) for its next draw."""
+        if not self._run_ahead or not launched.seqs:
+            return False
+        seqs = [*self.scheduler.running, *self.scheduler.waiting]
+        return not any(s.sampling.needs_penalties for s in seqs)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from runtime.engine.sampling_params import SamplingOptions
+from runtime.engine.staging import to_device
 
 MAX_TOP_LOGPROBS = 20
 
@@ -16,6 +17,39 @@ class SampleResult:
     logprobs: list[float] | None  # of each sampled token under the distribution sampled from
     top_ids: list[list[int]] | None
     top_logprobs: list[list[float]] | None
+
+
+@dataclass
+class PendingSample:
+    """A batch's draws, queued on the logits' device with their copies to the host: `result()` waits for those
+    copies only (an event, not the stream: a step launched after this one keeps running), so the engine can launch
+    its next step first. `tokens` stays on the device for that next step to read."""
+
+    tokens: torch.Tensor  # [B] long, on the device
+    host: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]  # tokens, lps, top lps/ids
+    ready: torch.cuda.Event | None  # recorded after the copies (None: already on the host)
+
+    def result(self) -> SampleResult:
+        if self.ready is not None:
+            self.ready.synchronize()
+        tokens, lps, top_lps, top_ids = self.host
+        return SampleResult(tokens.tolist(), lps.tolist() if lps is not None else None,
+                            top_ids.tolist() if top_ids is not None else None,
+                            top_lps.tolist() if top_lps is not None else None)
+
+
+def _pending(tokens: torch.Tensor, *others: torch.Tensor | None) -> PendingSample:
+    """Starts the copies of `tokens` and `others` to pinned host memory (on CUDA; a CPU batch is there already)."""
+    if tokens.device.type != "cuda":
+        return PendingSample(tokens, (tokens, *others), None)  # type: ignore[arg-type]
+    host = []
+    for t in (tokens, *others):
+        if t is not None:
+            t = torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
+        host.append(t)
+    ready = torch.cuda.Event()
+    ready.record()
+    return PendingSample(tokens, tuple(host), ready)  # type: ignore[arg-type]
 
 
 class RowGenerators:
@@ -78,23 +112,29 @@ def _filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_
 def sample(logits: torch.Tensor, options: list[SamplingOptions], generators: list[torch.Generator | None],
            histories: list[list[int]], outputs: list[list[int]]) -> SampleResult:
     """Samples one token per row of `logits` [B, V] (float32). Greedy rows take the argmax."""
+    return launch_sample(logits, options, generators, histories, outputs).result()
+
+
+def launch_sample(logits: torch.Tensor, options: list[SamplingOptions], generators: list[torch.Generator | None],
+                  histories: list[list[int]], outputs: list[list[int]]) -> PendingSample:
+    """`sample` without the read-back: every draw is queued on the logits' device."""
     want_lp = any(o.logprobs for o in options)
     want_top = max((o.top_logprobs for o in options), default=0)
     if not want_lp and not want_top and all(o.is_greedy and not o.needs_penalties for o in options):
-        # the common decode batch: one launch and the read-back, instead of a copy, a scale and a host-to-device
-        # copy of temperatures a step (each on the path from one step's end to the next's launch)
-        return SampleResult(torch.argmax(logits, dim=-1).tolist(), None, None, None)
+        # the common decode batch: one launch, instead of a copy, a scale and a host-to-device copy of temperatures
+        # a step (each on the path from one step's end to the next's launch)
+        return _pending(torch.argmax(logits, dim=-1), None, None, None)
     logits = apply_penalties(logits.float().clone(), options, histories, outputs)
     device = logits.device
-    temps = torch.tensor([o.temperature if o.temperature > 0 else 1.0 for o in options], device=device)
+    temps = to_device([o.temperature if o.temperature > 0 else 1.0 for o in options], torch.float32, device)
     scaled = logits / temps.unsqueeze(1)
     sampled_rows = [i for i, o in enumerate(options) if not o.is_greedy]
     final = scaled
     if sampled_rows:  # an all-greedy batch needs no sort of the vocabulary (~0.5 ms a step at 152k on the H200)
-        top_k = torch.tensor([o.top_k for o in options], device=device)
-        top_p = torch.tensor([o.top_p for o in options], device=device)
-        min_p = torch.tensor([o.min_p for o in options], device=device)
-        greedy = torch.tensor([o.is_greedy for o in options], device=device, dtype=torch.bool)
+        top_k = to_device([o.top_k for o in options], torch.long, device)
+        top_p = to_device([o.top_p for o in options], torch.float32, device)
+        min_p = to_device([o.min_p for o in options], torch.float32, device)
+        greedy = to_device([o.is_greedy for o in options], torch.bool, device)
         # Greedy rows are scored on the unfiltered distribution: their logprobs are the model's (after penalties).
         final = torch.where(greedy.unsqueeze(1), scaled, _filter(scaled, top_k, top_p, min_p))
     tokens = torch.argmax(final, dim=-1)
@@ -105,10 +145,6 @@ def sample(logits: torch.Tensor, options: list[SamplingOptions], generators: lis
             # Exponential race: argmax(p / E) with E ~ Exp(1) is a draw from p, using only this row's stream.
             noise = torch.empty_like(probs[i]).exponential_(generator=generators[i])
             tokens[i] = torch.argmax(probs[i] / noise)
-    token_list = tokens.tolist()
-    lps = logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist() if want_lp else None
-    top_ids = top_lps = None
-    if want_top:
-        vals, idx = torch.topk(logprobs_all, min(want_top, MAX_TOP_LOGPROBS), dim=-1)
-        top_ids, top_lps = idx.tolist(), vals.tolist()
-    return SampleResult(token_list, lps, top_ids, top_lps)
+    lps = logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1) if want_lp else None
+    top = torch.topk(logprobs_all, min(want_top, MAX_TOP_LOGPROBS), dim=-1) if want_top else None
+    return _pending(tokens, lps, *((top.values, top.indices) if top is not None else (None, None)))

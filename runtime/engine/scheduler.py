@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.sequence import FinishReason, Sequence, SequenceStatus
 
+# A token the device is still drawing (see Scheduler.advance): never a real id, never sent anywhere
+PENDING_TOKEN = -1
+
 
 @dataclass(frozen=True)
 class SchedulerLimits:
@@ -121,6 +124,36 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         self.running.remove(seq)
         self.waiting.appendleft(seq)
+
+    def advance(self, batch: ScheduledBatch, sampling: list[Sequence]) -> list[Sequence]:
+        """A launched step whose tokens are not read yet: count its tokens as computed and give each still-running
+        sequence of `sampling` a PENDING_TOKEN for the token it is drawing, so the next step can be scheduled (and
+        launched, reading that token on the device) before this one's tokens reach the host. `resolve` fills them
+        in; returns the sequences that got one."""
+        drawing = {s.seq_id for s in sampling}
+        pending = []
+        for row in batch.rows:
+            seq = row.seq
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # aborted while the step ran
+            seq.num_computed_tokens += row.num_tokens
+            self.blocks.commit(seq)  # blocks full up to the computed tokens: the pending one is past them
+            if seq.seq_id in drawing:
+                seq.output_ids.append(PENDING_TOKEN)
+                pending.append(seq)
+        return pending
+
+    def resolve(self, pending: list[Sequence], sampled: dict[int, int]) -> None:
+        """The tokens `advance` left pending (seq_id -> token): fill them in, and finish the sequences they end (a
+        step scheduled meanwhile may hold them: its rows for them are dropped when it is resolved)."""
+        for seq in pending:
+            if seq.is_finished:
+                continue
+            token = sampled[seq.seq_id]
+            seq.output_ids[-1] = token
+            reason = self._finish_reason(seq, token)
+            if reason is not None:
+                self.finish(seq, reason)
 
     def postprocess(self, batch: ScheduledBatch, sampled: dict[int, int]) -> list[Sequence]:
         """Advances computed counts, appends sampled tokens (seq_id -> token) and finishes sequences; returns them."""

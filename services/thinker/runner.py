@@ -8,7 +8,9 @@ import torch
 
 from runtime.attention import AttentionContext, build_attention_context
 from runtime.attention.kv_cache import allocate_kv_cache
-from runtime.engine.scheduler import ScheduledBatch, ScheduledRow
+from runtime.engine.engine import PendingTokens
+from runtime.engine.scheduler import PENDING_TOKEN, ScheduledBatch, ScheduledRow
+from runtime.engine.staging import to_device
 from runtime.engine.sequence import Sequence
 from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraphs
 from services.thinker.model import DeepstackInput, ThinkerLM
@@ -26,10 +28,15 @@ class _Packed:
     visual_rows: list[int]  # rows that receive deepstack features
     visual_values: list[list[torch.Tensor]]  # per deepstack level, each [H]
     capture: list[tuple[ThinkerRequest, int, int]]  # (request, prompt index, packed row) to keep for the talker
+    pending_rows: list[int]  # packed rows whose token is still being drawn on the device (PENDING_TOKEN)
+    pending_from: list[int]  # each one's row of PendingTokens.tokens
 
 
 class ThinkerRunner:
-    """The engine's ModelRunner for the thinker; owns the model and the paged KV cache."""
+    """The engine's ModelRunner for the thinker; owns the model and the paged KV cache. It reads pending tokens (the
+    last step's draws, still on the device) into its token ids on the device, so the engine runs one step ahead."""
+
+    reads_pending_tokens = True
 
     def __init__(self, model: ThinkerLM, num_blocks: int, block_size: int, device: torch.device,
                  dtype: torch.dtype, graphs: GraphSettings | None = None) -> None:
@@ -71,13 +78,14 @@ class ThinkerRunner:
         pass  # all per-sequence state lives in its payload and block table
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> torch.Tensor:
-        packed = self._pack(batch.rows)
+    def run(self, batch: ScheduledBatch, pending: PendingTokens | None = None) -> torch.Tensor:
+        packed = self._pack(batch.rows, pending)
         if self.graphs is not None and not (packed.media_rows or packed.visual_rows or packed.capture):
-            logits = self._run_graph(batch, packed)
+            logits = self._run_graph(batch, packed, pending)
             if logits is not None:
                 return logits
         ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
+        self._fill_pending(ids, packed, pending)
         x = self.model.embed(ids)  # [T, H], one embedding call for every row
         if packed.media_rows:
             rows = torch.tensor(packed.media_rows, dtype=torch.long, device=self.device)
@@ -101,7 +109,7 @@ class ThinkerRunner:
         last = [int(ends[i]) for i, r in enumerate(batch.rows) if r.samples]
         return self.model.compute_logits(out.hidden[last])
 
-    def _run_graph(self, batch: ScheduledBatch, packed: _Packed) -> torch.Tensor | None:
+    def _run_graph(self, batch: ScheduledBatch, packed: _Packed, pending: PendingTokens | None) -> torch.Tensor | None:
         """A text-only step whose shape fits a captured graph: static inputs, replay, logits. None: run eagerly."""
         q_lens = [r.num_tokens for r in batch.rows]
         tables = [r.seq.block_table for r in batch.rows]
@@ -111,22 +119,36 @@ class ThinkerRunner:
             return None
         kv_lens = [r.seq.num_computed_tokens + r.num_tokens for r in batch.rows]
         positions = torch.cat(packed.positions, dim=1)  # [3, T] on the host
-        hidden = self.graphs.run(graph, packed.token_ids, positions, q_lens, kv_lens, tables)  # [T, H]
+        self.graphs.prepare(graph, packed.token_ids, positions, q_lens, kv_lens, tables)
+        self._fill_pending(graph.ids, packed, pending)
+        hidden = self.graphs.execute(graph)[:len(packed.token_ids)]  # [T, H]
         if all(r.samples for r in batch.rows) and len(packed.token_ids) == len(batch.rows):
             return self.model.compute_logits(hidden)  # decode: every row samples
         ends = torch.cumsum(torch.tensor(q_lens), 0) - 1
         last = [int(ends[i]) for i, r in enumerate(batch.rows) if r.samples]
-        return self.model.compute_logits(hidden[torch.tensor(last, device=hidden.device)])
+        return self.model.compute_logits(hidden[to_device(last, torch.long, hidden.device)])
 
-    def _pack(self, rows: list[ScheduledRow]) -> _Packed:
+    def _fill_pending(self, ids: torch.Tensor, packed: _Packed, pending: PendingTokens | None) -> None:
+        """Writes the tokens still being drawn into `ids` (on the device, after the step that draws them)."""
+        if not packed.pending_rows:
+            return
+        assert pending is not None, "a PENDING_TOKEN without the step that draws it"
+        rows = to_device(packed.pending_rows, torch.long, ids.device)
+        ids.index_copy_(0, rows, pending.tokens.index_select(0, to_device(packed.pending_from, torch.long, ids.device)))
+
+    def _pack(self, rows: list[ScheduledRow], pending: PendingTokens | None) -> _Packed:
         num_levels = self.model.cfg.num_deepstack
-        p = _Packed([], [], [], [], [], [[] for _ in range(num_levels)], [])
+        p = _Packed([], [], [], [], [], [[] for _ in range(num_levels)], [], [], [])
         for row in rows:
             seq = row.seq
             req: ThinkerRequest = seq.payload
             start, stop = seq.num_computed_tokens, seq.num_computed_tokens + row.num_tokens
             base = len(p.token_ids)
             p.token_ids.extend(seq.token_ids(start, stop))
+            if stop == seq.num_tokens and seq.output_ids and seq.output_ids[-1] == PENDING_TOKEN:
+                p.token_ids[-1] = 0  # any valid id: the device copy below replaces it
+                p.pending_rows.append(len(p.token_ids) - 1)
+                p.pending_from.append(pending.index[seq.seq_id] if pending is not None else -1)
             p.positions.append(_positions(req, seq.num_prompt_tokens, start, stop))
             for m in req.media:
                 lo, hi = max(m.offset, start), min(m.end, stop)

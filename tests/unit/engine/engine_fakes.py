@@ -7,7 +7,8 @@ import torch
 
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.sampling_params import SamplingOptions
-from runtime.engine.scheduler import ScheduledBatch
+from runtime.engine.engine import PendingTokens
+from runtime.engine.scheduler import PENDING_TOKEN, ScheduledBatch
 from runtime.engine.sequence import Sequence
 
 GREEDY = SamplingOptions(temperature=0.0)
@@ -39,7 +40,9 @@ class FakeRunner:
     recompute would change the tokens it picks (or trip an assert here).
     """
 
-    def __init__(self, blocks: BlockManager, vocab: int = 50, device: str = "cpu") -> None:
+    def __init__(self, blocks: BlockManager, vocab: int = 50, device: str = "cpu", run_ahead: bool = True) -> None:
+        self.reads_pending_tokens = run_ahead  # the engine then launches a step before reading the last one's tokens
+        self.pending_reads = 0  # PENDING_TOKEN ids read from the last step's draws
         self.blocks = blocks
         self.vocab = vocab
         self.device = torch.device(device)
@@ -47,7 +50,7 @@ class FakeRunner:
         self.batches: list[list[tuple[int, int, int]]] = []  # per step: (seq_id, start, num_tokens)
         self.released: list[int] = []
 
-    def run(self, batch: ScheduledBatch) -> torch.Tensor:
+    def run(self, batch: ScheduledBatch, pending: PendingTokens | None = None) -> torch.Tensor:
         self.batches.append([(r.seq.seq_id, r.seq.num_computed_tokens, r.num_tokens) for r in batch.rows])
         rows = []
         for r in batch.rows:
@@ -56,7 +59,12 @@ class FakeRunner:
             assert len(seq.block_table) * self.blocks.block_size >= start + r.num_tokens, "too few blocks"
             for pos in range(start, start + r.num_tokens):
                 slot = self.blocks.slot(seq, pos)
-                entry = (pos, seq.token_id(pos))
+                token = seq.token_id(pos)
+                if token == PENDING_TOKEN:  # what the GPU would read on the device: the last step's draw
+                    assert pending is not None and pos == seq.num_tokens - 1, "a pending token the runner cannot read"
+                    token = int(pending.tokens[pending.index[seq.seq_id]])
+                    self.pending_reads += 1
+                entry = (pos, token)
                 if self.blocks._refs[slot // self.blocks.block_size] > 1:  # a shared block is read-only
                     assert self.kv.get(slot) == entry, f"seq {seq.seq_id} overwrites shared slot {slot}"
                 self.kv[slot] = entry

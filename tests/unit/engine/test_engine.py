@@ -9,7 +9,7 @@ import torch
 
 from runtime.engine.async_engine import AsyncEngine
 from runtime.engine.block_manager import BlockManager
-from runtime.engine.engine import Engine, StepStats, TokenEvent
+from runtime.engine.engine import Engine, PendingTokens, StepStats, TokenEvent
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
 from runtime.engine.sequence import FinishReason, Sequence
@@ -21,9 +21,11 @@ VOCAB = 50
 
 
 def make_engine(max_num_seqs: int = 8, max_batch_tokens: int = 64, max_model_len: int = 1000,
-                num_blocks: int = 64, block_size: int = 4, prefix_cache: bool = True) -> tuple[Engine, FakeRunner]:
+                num_blocks: int = 64, block_size: int = 4, prefix_cache: bool = True,
+                run_ahead: bool = True) -> tuple[Engine, FakeRunner]:
+    """run_ahead: the runner reads pending tokens, so each step is launched before the last one's tokens are read."""
     blocks = BlockManager(num_blocks, block_size, enable_prefix_cache=prefix_cache)
-    runner = FakeRunner(blocks, VOCAB)
+    runner = FakeRunner(blocks, VOCAB, run_ahead=run_ahead)
     sched = Scheduler(SchedulerLimits(max_num_seqs, max_batch_tokens, max_model_len), blocks)
     return Engine(sched, runner), runner
 
@@ -43,8 +45,9 @@ def run_all(engine: Engine, seqs: list[Sequence], max_steps: int = 1000) -> dict
 
 
 def alone(prompt: list[int], opts: SamplingOptions) -> list[int]:
-    """The tokens a sequence gets with the engine to itself, plenty of KV and no prefix cache."""
-    engine, _ = make_engine(prefix_cache=False)
+    """The tokens a sequence gets with the engine to itself, plenty of KV, no prefix cache, one step at a time (the
+    other tests' engines run one step ahead)."""
+    engine, _ = make_engine(prefix_cache=False, run_ahead=False)
     seq = make_seq(prompt, opts)
     run_all(engine, [seq])
     return seq.output_ids
@@ -102,6 +105,33 @@ def test_preempted_sequences_recompute_and_finish_with_the_right_tokens(prefix_c
         assert s.output_ids == alone(p, greedy(8))
         assert [e.token_id for e in events[s.seq_id]] == s.output_ids  # one event per token, none repeated
     assert engine.scheduler.blocks.num_free_blocks == 9
+    assert runner.pending_reads > 0  # steps did run ahead, preemptions among them
+
+
+def test_running_ahead_wastes_only_the_rows_of_sequences_that_just_ended() -> None:
+    """Each step beyond a sequence's last token is launched before the engine knows it ended: one computed row per
+    sequence at most, whose draw no one sees."""
+    engine, runner = make_engine()
+    lengths = [3, 5, 8]
+    seqs = [make_seq(p, greedy(n)) for p, n in zip(PROMPTS, lengths)]
+    events = run_all(engine, seqs)
+    rows = {s.seq_id: sum(1 for b in runner.batches for sid, _, _ in b if sid == s.seq_id) for s in seqs}
+    for s, n in zip(seqs, lengths):
+        assert [e.token_id for e in events[s.seq_id]] == s.output_ids and len(s.output_ids) == n
+        assert n <= rows[s.seq_id] <= n + 1  # a prefill, n - 1 decodes, and at most one row for nothing
+    assert engine.scheduler.blocks.num_free_blocks == 64 and not engine.has_work
+
+
+def test_penalties_keep_the_steps_one_at_a_time() -> None:
+    """A repetition penalty reads the host's token history, so no step is launched before the last one's tokens are
+    read; the tokens are those of the engine without run-ahead."""
+    opts = SamplingOptions(temperature=0.0, repetition_penalty=1.3, max_tokens=6)
+    engine, runner = make_engine()
+    seqs = [make_seq(p, opts) for p in PROMPTS[:3]]
+    run_all(engine, seqs)
+    assert runner.pending_reads == 0
+    for p, s in zip(PROMPTS, seqs):
+        assert s.output_ids == alone(p, opts)
 
 
 @pytest.mark.parametrize("prefix_cache", [False, True], ids=["plain", "prefix_cache"])
@@ -245,11 +275,11 @@ class SlowRunner(FakeRunner):
         self.delay = delay
         self.fail_at_step: int | None = None
 
-    def run(self, batch: ScheduledBatch) -> torch.Tensor:
+    def run(self, batch: ScheduledBatch, pending: PendingTokens | None = None) -> torch.Tensor:
         if self.fail_at_step is not None and len(self.batches) >= self.fail_at_step:
             raise RuntimeError("device lost")
         time.sleep(self.delay)
-        return super().run(batch)
+        return super().run(batch, pending)
 
 
 def make_async(delay: float = 0.002, **kw: object) -> tuple[AsyncEngine, SlowRunner, list[StepStats]]:
