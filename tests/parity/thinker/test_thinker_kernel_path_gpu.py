@@ -55,16 +55,21 @@ def test_kernel_path_matches_cpu_reference(demo_ckpt: Path, prompts: list[list[i
                     f"of {gaps[i]:.3f} and row error {rel_err(g[i], w[i]):.3g}")
 
 
-def _engine(model: ThinkerLM, graphs: GraphSettings | None) -> tuple[Engine, ThinkerRunner]:
+def _engine(model: ThinkerLM, graphs: GraphSettings | None, run_ahead: bool = True) -> tuple[Engine, ThinkerRunner]:
     runner = ThinkerRunner(model, 96, 16, torch.device("cuda"), torch.bfloat16, graphs)
+    runner.reads_pending_tokens = run_ahead  # False: the engine reads each step's tokens before the next launch
     return Engine(Scheduler(SchedulerLimits(8, 64, 512), BlockManager(96, 16, False)), runner), runner
 
 
-def _generate(engine: Engine, prompts: list[list[int]], cfg_model: ThinkerLM) -> dict[int, list[TokenEvent]]:
+GREEDY = SamplingOptions(temperature=0.0, max_tokens=10, ignore_eos=True, logprobs=True, top_logprobs=2)
+
+
+def _generate(engine: Engine, prompts: list[list[int]], cfg_model: ThinkerLM,
+              options: list[SamplingOptions] | None = None) -> dict[int, list[TokenEvent]]:
     events: dict[int, list[TokenEvent]] = {i: [] for i in range(len(prompts))}
     for i, prompt in enumerate(prompts):
         pos = prompt_positions(prompt, [], cfg_model.cfg)
-        opts = SamplingOptions(temperature=0.0, max_tokens=10, ignore_eos=True, logprobs=True, top_logprobs=2)
+        opts = options[i] if options is not None else GREEDY
         engine.add(Sequence(i, f"r{i}", prompt, opts, frozenset(), ThinkerRequest(pos.positions, pos.rope_delta, [])))
     while engine.has_work:
         for ev in engine.step()[0]:
@@ -99,3 +104,22 @@ def test_graph_replay_equals_eager(demo_ckpt: Path, prompts: list[list[int]]) ->
                 assert abs(b.top_logprobs[0] - b.top_logprobs[1]) < NEAR_TIE, (i, a, b)
                 break
             assert abs(a.logprob - b.logprob) < 2e-2, (i, a.logprob, b.logprob)
+
+
+@pytest.mark.gpu
+def test_running_ahead_gives_the_tokens_of_one_step_at_a_time(demo_ckpt: Path, prompts: list[list[int]]) -> None:
+    """Graph steps launched before the last step's tokens are read (those tokens copied in on the device) give the
+    tokens of the engine that reads each step first: greedy rows, and seeded sampled rows drawing from their own
+    streams; the runs end together, so every step has the same rows and graph either way."""
+    model = ThinkerLM.load(demo_ckpt, device="cuda", dtype=torch.bfloat16)
+    settings = GraphSettings((1, 2, 4, 8), (32, 64), 8, 512)
+    options = [GREEDY if i % 2 else SamplingOptions(temperature=0.9, top_p=0.9, seed=i, max_tokens=10, ignore_eos=True)
+               for i in range(len(prompts))]
+    runs = {}
+    for ahead in (True, False):
+        engine, runner = _engine(model, settings, run_ahead=ahead)
+        runs[ahead] = _generate(engine, prompts, model, options)
+        assert any(k.startswith("decode") for k in runner.graphs.replays)
+    for i in range(len(prompts)):
+        assert [e.token_id for e in runs[True][i]] == [e.token_id for e in runs[False][i]], i
+        assert len(runs[True][i]) == 10
