@@ -19,7 +19,10 @@ from services.thinker.runner import ThinkerRunner
 
 
 class TimedRunner:
-    """ThinkerRunner with the time of each run() (device work included) kept, to split a step into its parts."""
+    """ThinkerRunner with the time of each run() (device work included) kept, to split a step into its parts.
+
+    It syncs after each run() and does not read pending tokens, so engine-only runs go one step at a time: their
+    numbers are the engine without run-ahead; the gateway runs measure the served path, which runs ahead."""
 
     def __init__(self, runner: ThinkerRunner) -> None:
         self.inner = runner
