@@ -156,23 +156,11 @@ class Scheduler:
                 self.finish(seq, reason)
 
     def postprocess(self, batch: ScheduledBatch, sampled: dict[int, int]) -> list[Sequence]:
-        """Advances computed counts, appends sampled tokens (seq_id -> token) and finishes sequences; returns them."""
-        touched = []
-        for row in batch.rows:
-            seq = row.seq
-            if seq.status is not SequenceStatus.RUNNING:
-                continue  # aborted while the step ran
-            seq.num_computed_tokens += row.num_tokens
-            self.blocks.commit(seq)
-            token = sampled.get(seq.seq_id)
-            if token is None:
-                continue
-            seq.output_ids.append(token)
-            reason = self._finish_reason(seq, token)
-            if reason is not None:
-                self.finish(seq, reason)
-            touched.append(seq)
-        return touched
+        """`advance` and `resolve` at once, the step's tokens (seq_id -> token) read already; returns the sequences
+        that got a token."""
+        pending = self.advance(batch, [r.seq for r in batch.rows if r.seq.seq_id in sampled])
+        self.resolve(pending, sampled)
+        return pending
 
     def _finish_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         opts = seq.sampling

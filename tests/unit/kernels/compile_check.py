@@ -70,6 +70,15 @@ def ptxas_usage(ptx: str, name: str) -> tuple[int, int]:
     return regs, spills
 
 
+def assert_no_spills() -> None:
+    """For a test file's own compile check: prints every kernel compiled so far (registers, spills, shared memory)
+    and fails on the first that spills."""
+    for name, kernel in COMPILED:
+        regs, spills = ptxas_usage(kernel.asm["ptx"], name)
+        print(f"{name} regs {regs} spill bytes {spills} smem {kernel.metadata.shared}")
+        assert spills == 0, f"{name} spills {spills} bytes"
+
+
 def compile_moe() -> None:
     from runtime.kernels.moe_config import SMALL_DOWN, SMALL_GATE_UP, GemmConfig, MoeConfig
     from runtime.kernels.moe_small_triton import experts_small_triton

@@ -10,16 +10,16 @@ from runtime.kernels.moe_reference import Routing
 
 
 def self_check_main(mode: str, interpreted: Callable[[torch.dtype], None], compiled: Callable[[], None],
-                    label: str) -> None:
+                    label: str, dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16),
+                    ) -> None:  # fmt: skip
     """The script side of a test file that checks its kernel by running itself (`python file.py interpret|compile`,
-    see tests/triton_scripts.py): the interpreter check in float32, float16 and bfloat16, or the
-    sm_90 compile check."""
+    see tests/triton_scripts.py): the interpreter check in each of `dtypes`, or the sm_90 compile check."""
     torch.set_num_threads(1)
     if mode == "interpret":
         from tests.unit.kernels.interpreter_check import patch_numpy_scalars
 
         patch_numpy_scalars()
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for dtype in dtypes:
             interpreted(dtype)
     else:
         compiled()

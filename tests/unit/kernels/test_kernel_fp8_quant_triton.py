@@ -68,7 +68,7 @@ def check_interpreted(dtype: torch.dtype) -> None:
 
 
 def compile_for_sm90() -> None:
-    from tests.unit.kernels.compile_check import COMPILED, install, ptxas_usage
+    from tests.unit.kernels.compile_check import assert_no_spills, install
 
     install()
     from runtime.kernels.fp8_quant_triton import quantize_rows_triton
@@ -76,10 +76,7 @@ def compile_for_sm90() -> None:
     for width in (1152, 4304):  # the tower's hidden and MLP widths: 4 and 16 warps
         for gelu in (False, True):
             quantize_rows_triton(torch.zeros(2, width, dtype=BF16), gelu)
-    for name, kernel in COMPILED:
-        regs, spills = ptxas_usage(kernel.asm["ptx"], name)
-        print(f"{name} regs {regs} spill bytes {spills}")
-        assert spills == 0, f"{name} spills {spills} bytes"
+    assert_no_spills()
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def check_interpreted(dtype: torch.dtype) -> None:
 
 
 def compile_for_sm90() -> None:
-    from tests.unit.kernels.compile_check import COMPILED, install, ptxas_usage
+    from tests.unit.kernels.compile_check import COMPILED, assert_no_spills, install
 
     install()
     from runtime.kernels.layernorm_triton import add_layernorm_fp8_triton, add_layernorm_triton
@@ -110,10 +110,7 @@ def compile_for_sm90() -> None:
         x, w = torch.zeros(2, width, dtype=BF16), torch.zeros(width, dtype=BF16)
         add_layernorm_triton(x, x, w, w, EPS)
         add_layernorm_fp8_triton(x, x, w, w, EPS)
-    for name, kernel in COMPILED:
-        regs, spills = ptxas_usage(kernel.asm["ptx"], name)
-        print(f"{name} regs {regs} spill bytes {spills}")
-        assert spills == 0, f"{name} spills {spills} bytes"
+    assert_no_spills()
     assert len(COMPILED) == 4, "the fp8 and the plain variant compile to their own kernels"
 
 

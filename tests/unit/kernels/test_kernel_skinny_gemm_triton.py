@@ -74,7 +74,7 @@ def check_errors() -> None:
 
 def compile_for_sm90() -> None:
     from runtime.kernels.skinny_gemm import Epilogue, SkinnyConfig
-    from tests.unit.kernels.compile_check import COMPILED, install, ptxas_usage
+    from tests.unit.kernels.compile_check import assert_no_spills, install
 
     install()
     from runtime.kernels.skinny_gemm_triton import skinny_gemm_triton
@@ -93,10 +93,7 @@ def compile_for_sm90() -> None:
         residual = torch.zeros(1, out_cols, dtype=BF16) if epilogue is Epilogue.RESIDUAL else None
         skinny_gemm_triton(x[:, :k] if k <= 2048 else torch.zeros(1, k, dtype=BF16),
                            torch.zeros(weight_rows, k, dtype=BF16), epilogue, residual, cfg)
-    for name, kernel in COMPILED:
-        regs, spills = ptxas_usage(kernel.asm["ptx"], name)
-        print(f"{name} regs {regs} spill bytes {spills} smem {kernel.metadata.shared}")
-        assert spills == 0, f"{name} spills {spills} bytes"
+    assert_no_spills()
 
 
 if __name__ == "__main__":

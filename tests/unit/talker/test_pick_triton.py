@@ -18,6 +18,7 @@ import torch  # importing torch leaves triton unimported, so the script can stil
 from services.talker.model.frame_step import DO_SAMPLE, NUM_KNOBS, TEMPERATURE, TOP_K, TOP_P, TOP_WIDTH, _Picker
 from services.talker.model.sampling import exponentials
 from tests.triton_scripts import assert_script_passes
+from tests.unit.kernels.kernel_data import self_check_main
 
 HERE = Path(__file__).resolve()
 COLUMNS = (TEMPERATURE, TOP_K, TOP_P)
@@ -137,7 +138,7 @@ def check_interpreted() -> None:
 
 
 def compile_for_sm90() -> None:
-    from tests.unit.kernels.compile_check import COMPILED, install, ptxas_usage
+    from tests.unit.kernels.compile_check import assert_no_spills, install
 
     install()
     from services.talker.model.pick_triton import RowKnobs, pick_codes
@@ -146,19 +147,8 @@ def compile_for_sm90() -> None:
         logits = torch.zeros(2, vocab)
         pick_codes(logits, logits, RowKnobs(torch.zeros(2, 4), TOP_WIDTH))
         pick_codes(logits, None, None)
-    for name, kernel in COMPILED:
-        regs, spills = ptxas_usage(kernel.asm["ptx"], name)
-        print(f"{name} regs {regs} spill bytes {spills}")
-        assert spills == 0, f"{name} spills {spills} bytes"
+    assert_no_spills()
 
 
-if __name__ == "__main__":
-    torch.set_num_threads(1)
-    if sys.argv[1] == "interpret":
-        from tests.unit.kernels.interpreter_check import patch_numpy_scalars
-
-        patch_numpy_scalars()
-        check_interpreted()
-    else:
-        compile_for_sm90()
-    print(f"pick kernel: {sys.argv[1]} checks passed")
+if __name__ == "__main__":  # the kernel takes fp32 logits only: one interpreter pass
+    self_check_main(sys.argv[1], lambda _: check_interpreted(), compile_for_sm90, "pick kernel", (torch.float32,))
