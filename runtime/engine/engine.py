@@ -5,7 +5,7 @@ after step N is launched, the scheduler counts it done with a placeholder for ea
 scheduled and launched (its rows read those tokens on the device), and only then are N's tokens read back and
 turned into events. The host work of a step (read-back, stop checks, events, scheduling, packing, input copies)
 then overlaps the GPU's next step instead of leaving the GPU idle. A row whose sequence ended at N is computed in
-N+1 for nothing and dropped. Batches that need penalties (the host's token histories) run one at a time.
+N+1 for nothing and dropped. Penalties count a row's pending token on the device.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from runtime.engine.sampler import PendingSample, RowGenerators, launch_sample
-from runtime.engine.scheduler import ScheduledBatch, Scheduler
+from runtime.engine.scheduler import PENDING_TOKEN, ScheduledBatch, Scheduler
 from runtime.engine.sequence import FinishReason, Sequence
 
 
@@ -159,19 +159,20 @@ class Engine:
         started = time.perf_counter()
         logits = self.runner.run(batch) if pending is None else self.runner.run(batch, pending)  # type: ignore[call-arg]
         seqs = [r.seq for r in batch.rows if r.samples]
-        draws = launch_sample(
-            logits,
-            [s.sampling for s in seqs],
-            [None if s.sampling.is_greedy else self._generators.get(s.seq_id, s.sampling.seed) for s in seqs],
-            [s.prompt_ids + s.output_ids if s.sampling.repetition_penalty != 1.0 else [] for s in seqs],
-            [s.output_ids for s in seqs],
-        )
+        histories, outputs, newest = [], [], []
+        for s in seqs:
+            done, last = s.output_ids, None
+            if done and done[-1] == PENDING_TOKEN and s.sampling.needs_penalties:
+                assert pending is not None
+                done, last = done[:-1], pending.tokens[pending.index[s.seq_id]].view(1)  # the penalties read it there
+            histories.append(s.prompt_ids + done if s.sampling.repetition_penalty != 1.0 else [])
+            outputs.append(done)
+            newest.append(last)
+        generators = [None if s.sampling.is_greedy else self._generators.get(s.seq_id, s.sampling.seed) for s in seqs]
+        draws = launch_sample(logits, [s.sampling for s in seqs], generators, histories, outputs, newest)
         return _Launched(batch, seqs, draws, started)
 
     def _may_run_ahead(self, launched: _Launched) -> bool:
-        """Whether to schedule the next step before reading this one's tokens: the runner reads pending tokens, this
-        step draws some, and no sequence needs its token history on the host (penalties) for its next draw."""
-        if not self._run_ahead or not launched.seqs:
-            return False
-        seqs = [*self.scheduler.running, *self.scheduler.waiting]
-        return not any(s.sampling.needs_penalties for s in seqs)
+        """Whether to schedule the next step before reading this one's tokens: the runner reads pending tokens and
+        this step draws some (penalties count a pending token on the device: `apply_penalties`' `newest`)."""
+        return self._run_ahead and bool(launched.seqs)

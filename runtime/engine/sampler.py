@@ -72,8 +72,11 @@ class RowGenerators:
 
 
 def apply_penalties(logits: torch.Tensor, options: list[SamplingOptions], histories: list[list[int]],
-                    outputs: list[list[int]]) -> torch.Tensor:
-    """Repetition penalty over prompt+output tokens; presence and frequency penalties over output tokens."""
+                    outputs: list[list[int]], newest: list[torch.Tensor | None] | None = None) -> torch.Tensor:
+    """Repetition penalty over prompt+output tokens; presence and frequency penalties over output tokens.
+
+    `newest[i]`: row i's latest output token when it is still on the device ((1,) long; the engine running a step
+    ahead), counted as one more output after `histories[i]` and `outputs[i]`, which then leave it out."""
     # logits: [B, V]
     B, V = logits.shape
     device = logits.device
@@ -81,12 +84,22 @@ def apply_penalties(logits: torch.Tensor, options: list[SamplingOptions], histor
         if not opts.needs_penalties:
             continue
         row = logits[i]
-        if opts.repetition_penalty != 1.0 and histories[i]:
-            seen = torch.tensor(sorted(set(histories[i])), device=device, dtype=torch.long)
-            vals = row[seen]
-            row[seen] = torch.where(vals > 0, vals / opts.repetition_penalty, vals * opts.repetition_penalty)
-        if (opts.presence_penalty or opts.frequency_penalty) and outputs[i]:
-            counts = torch.bincount(torch.tensor(outputs[i], device=device, dtype=torch.long), minlength=V)[:V]
+        last = newest[i] if newest is not None else None
+        if opts.repetition_penalty != 1.0 and (histories[i] or last is not None):
+            seen = torch.zeros(V, dtype=torch.bool, device=device)
+            if histories[i]:
+                seen[to_device(sorted(set(histories[i])), torch.long, device)] = True
+            if last is not None:
+                seen.index_fill_(0, last, True)
+            penalized = torch.where(row > 0, row / opts.repetition_penalty, row * opts.repetition_penalty)
+            row.copy_(torch.where(seen, penalized, row))
+        if (opts.presence_penalty or opts.frequency_penalty) and (outputs[i] or last is not None):
+            counts = torch.zeros(V, dtype=torch.long, device=device)  # index_add_, not bincount: it reads its max back
+            if outputs[i]:
+                ids = to_device(outputs[i], torch.long, device)
+                counts.index_add_(0, ids, torch.ones_like(ids))
+            if last is not None:
+                counts.index_add_(0, last, torch.ones_like(last))
             row -= opts.frequency_penalty * counts.to(row.dtype)
             row -= opts.presence_penalty * (counts > 0).to(row.dtype)
     return logits
@@ -116,15 +129,16 @@ def sample(logits: torch.Tensor, options: list[SamplingOptions], generators: lis
 
 
 def launch_sample(logits: torch.Tensor, options: list[SamplingOptions], generators: list[torch.Generator | None],
-                  histories: list[list[int]], outputs: list[list[int]]) -> PendingSample:
-    """`sample` without the read-back: every draw is queued on the logits' device."""
+                  histories: list[list[int]], outputs: list[list[int]],
+                  newest: list[torch.Tensor | None] | None = None) -> PendingSample:
+    """`sample` without the read-back: every draw is queued on the logits' device (`newest`: see apply_penalties)."""
     want_lp = any(o.logprobs for o in options)
     want_top = max((o.top_logprobs for o in options), default=0)
     if not want_lp and not want_top and all(o.is_greedy and not o.needs_penalties for o in options):
         # the common decode batch: one launch, instead of a copy, a scale and a host-to-device copy of temperatures
         # a step (each on the path from one step's end to the next's launch)
         return _pending(torch.argmax(logits, dim=-1), None, None, None)
-    logits = apply_penalties(logits.float().clone(), options, histories, outputs)
+    logits = apply_penalties(logits.float().clone(), options, histories, outputs, newest)
     device = logits.device
     temps = to_device([o.temperature if o.temperature > 0 else 1.0 for o in options], torch.float32, device)
     scaled = logits / temps.unsqueeze(1)

@@ -191,6 +191,19 @@ def test_penalties_change_the_greedy_choice() -> None:
     assert sample(logits, [rep], [None], [[0]], [[]]).token_ids == [1]
 
 
+@pytest.mark.parametrize("newest", [2, 7], ids=["seen-before", "new"])
+def test_a_newest_token_on_the_device_counts_as_one_more_output(newest: int) -> None:
+    """What the engine passes when it runs a step ahead: the latest output still on the device, out of the lists."""
+    logits = random_logits(1)
+    opts = [SamplingOptions(repetition_penalty=1.7, presence_penalty=0.5, frequency_penalty=0.25)]
+    history, outputs = [0, 1, 2, 2], [2, 2]
+    want = apply_penalties(logits.clone(), opts, [history + [newest]], [outputs + [newest]])
+    got = apply_penalties(logits.clone(), opts, [history], [outputs], [torch.tensor([newest])])
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    only = apply_penalties(logits.clone(), opts, [[]], [[]], [torch.tensor([newest])])  # nothing on the host yet
+    torch.testing.assert_close(only, apply_penalties(logits.clone(), opts, [[newest]], [[newest]]), rtol=0, atol=0)
+
+
 def test_sample_does_not_modify_the_callers_logits() -> None:
     logits = torch.tensor([[3.0, 2.0, 0.0]])
     before = logits.clone()
