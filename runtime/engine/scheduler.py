@@ -147,11 +147,9 @@ class Scheduler:
         """The tokens `advance` left pending (seq_id -> token): fill them in, and finish the sequences they end (a
         step scheduled meanwhile may hold them: its rows for them are dropped when it is resolved)."""
         for seq in pending:
-            if seq.is_finished:
-                continue
             token = sampled[seq.seq_id]
             seq.output_ids[-1] = token
-            reason = self._finish_reason(seq, token)
+            reason = None if seq.is_finished else self._finish_reason(seq, token)
             if reason is not None:
                 self.finish(seq, reason)
 
