@@ -122,6 +122,40 @@ def test_running_ahead_wastes_only_the_rows_of_sequences_that_just_ended() -> No
     assert engine.scheduler.blocks.num_free_blocks == 64 and not engine.has_work
 
 
+def test_aborting_one_sequence_of_a_step_in_flight_leaves_the_others_right() -> None:
+    """Aborted between steps, a sequence's row in the step already launched is computed for nothing: no event of
+    it after the abort, and the sequences beside it get their own tokens."""
+    engine, runner = make_engine()
+    keep, drop = make_seq(PROMPTS[0], greedy(6)), make_seq(PROMPTS[1], greedy(6))
+    engine.add(keep)
+    engine.add(drop)
+    seen: dict[int, list[int]] = {keep.seq_id: [], drop.seq_id: []}
+    for _ in range(2):
+        for ev in engine.step()[0]:
+            seen[ev.seq.seq_id].append(ev.token_id)
+    assert any(sid == drop.seq_id for sid, _, _ in runner.batches[-1])  # launched, tokens not read yet
+    engine.abort(drop.seq_id)
+    while engine.has_work:
+        for ev in engine.step()[0]:
+            seen[ev.seq.seq_id].append(ev.token_id)
+    assert seen[drop.seq_id] == drop.output_ids[:len(seen[drop.seq_id])] and len(seen[drop.seq_id]) == 2
+    assert seen[keep.seq_id] == keep.output_ids == alone(PROMPTS[0], greedy(6))
+    assert engine.scheduler.blocks.num_free_blocks == 64
+
+
+def test_a_sequence_ending_at_the_model_length_runs_ahead_past_it_harmlessly() -> None:
+    """The step launched beside a sequence's last token computes one position past the model length for nothing."""
+    limit = 12
+    engine, _ = make_engine(max_model_len=limit)
+    seq = make_seq(PROMPTS[0], greedy(100))
+    run_all(engine, [seq])
+    solo, _ = make_engine(max_model_len=limit, run_ahead=False)
+    ref = make_seq(PROMPTS[0], greedy(100))
+    run_all(solo, [ref])
+    assert seq.finish_reason is FinishReason.LENGTH and seq.num_tokens == limit and seq.output_ids == ref.output_ids
+    assert engine.scheduler.blocks.num_free_blocks == 64
+
+
 @pytest.mark.parametrize("opts", [
     SamplingOptions(temperature=0.0, repetition_penalty=1.3, max_tokens=6),
     SamplingOptions(temperature=0.0, presence_penalty=0.8, frequency_penalty=0.6, max_tokens=6),
