@@ -168,6 +168,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--measured", type=int, default=0, help="per level; default 2 x concurrency")
     p.add_argument("--voice", default="ethan")
+    p.add_argument("--frames-ahead", action="store_true",
+                   help="talker speech.frames_ahead: launch each frame before reading the last one's codes")
     p.add_argument("--log-level", default="INFO",
                    help="the mesh's; DEBUG adds the talker's first-audio timeline of every request to the mesh log")
     p.add_argument("--hf-requests", type=int, default=0,
@@ -186,7 +188,8 @@ def mesh_stages(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
     thinker: dict[str, Any] = {"device": args.device, "dtype": args.dtype}
     if args.thinker_kv_gib:
         thinker["engine"] = {"kv_cache_bytes": int(args.thinker_kv_gib * 2**30)}
-    talker = {"device": args.talker_device, "dtype": args.dtype, "speech": {"max_frames": args.max_frames}}
+    talker = {"device": args.talker_device, "dtype": args.dtype,
+              "speech": {"max_frames": args.max_frames, "frames_ahead": args.frames_ahead}}
     return thinker, {"talker": talker}
 
 

@@ -9,6 +9,7 @@ in `settle`, a chunk's samples in `SpeechJob.audio`, a prefill's first codes) sl
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,7 @@ from services.talker.model.code2wav import Code2Wav, StreamStep
 from services.talker.model.frame_step import FrameInputs, FrameOutputs, FrameStep, Mode
 from services.talker.model.generate import TalkerRunner
 from services.talker.model.load import TalkerModel
+from services.talker.model.state import TalkerState
 
 # H200 timings (bench/talker/NOTES.md): frame graph ms at 1 / 8 / 32 rows, prefill graph ms, Code2Wav graph ms
 FRAME_MS = {1: 5.8, 8: 6.2, 32: 6.6}
@@ -60,17 +62,18 @@ class DeviceQueue:
 
 class PacedFrame:
     """Replaces the runner's FrameStep: the frame's outputs (ordinary codes, never the codec EOS, so each row runs
-    to its max_frames) after a launch of `frame_ms(rows)` on the queue; `done` is when the last one finishes."""
+    to its max_frames) after a launch of `frame_ms(rows)` on the queue; `done` holds when each launched frame whose
+    codes are unread finishes, oldest first."""
 
     def __init__(self, step: FrameStep, queue: DeviceQueue, frame_s: float) -> None:
         self.model, self.kv = step.model, step.kv  # what FrameGraphs reads off its step
         self.queue, self.frame_s = queue, frame_s
-        self.done = 0.0
+        self.done: deque[float] = deque()
         self._outputs: dict[int, FrameOutputs] = {}
 
     def __call__(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
         rows = inp.slots.shape[0]
-        self.done = self.queue.launch(self.frame_s)
+        self.done.append(self.queue.launch(self.frame_s))
         out = self._outputs.get(rows)
         if out is None:
             cfg = self.model.cfg
@@ -137,10 +140,10 @@ def paced_runner(model: TalkerModel, rows: int, max_frames: int, prompt_tokens: 
     runner.frames.step = frame  # type: ignore[assignment]
     settle = runner.settle
 
-    def settle_after_frame() -> None:  # where the GPU runner waits for the launched frame's codes
-        if runner.has_pending:
-            queue.wait(frame.done)
-        settle()
+    def settle_after_frame(keep: int = 0) -> list[TalkerState]:  # where the GPU runner waits for frames' codes
+        while len(frame.done) > keep:
+            queue.wait(frame.done.popleft())
+        return settle(keep)
 
     runner.settle = settle_after_frame  # type: ignore[method-assign]
     runner.prefills.run = PacedPrefill(queue, PREFILL_MS, model.cfg.lm.hidden_size)  # type: ignore[method-assign]

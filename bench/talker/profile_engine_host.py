@@ -49,6 +49,7 @@ from services.talker.model.generate import TalkerRunner  # noqa: E402
 from services.talker.model.load import load_talker_model  # noqa: E402
 from services.talker.model.prompt import ASSISTANT_PREAMBLE, SpeechPrompt  # noqa: E402
 from services.talker.model.sampling import GREEDY, TalkerSampling  # noqa: E402
+from services.talker.model.state import TalkerState  # noqa: E402
 from services.talker.request import AudioOut, SpeakInput  # noqa: E402
 from services.talker.wire import to_pb  # noqa: E402
 
@@ -68,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=5,
                    help="runs per row count; the report holds each number's minimum (the least disturbed run's)")
     p.add_argument("--greedy", action="store_true", help="greedy requests (default: the model's seeded sampling)")
+    p.add_argument("--frames-ahead", action="store_true", help="speech.frames_ahead: launch before reading codes")
     p.add_argument("--frame-ms", type=float, default=None, help="CPU: paced frame time (default: the H200's)")
     p.add_argument("--count-ops", action="store_true",
                    help="count the engine thread's torch calls (a TorchFunctionMode; slows the run, skews its times)")
@@ -114,11 +116,12 @@ class LaunchProbe:
         self._since: tuple[float, int] | None = None
         settle, run = runner.settle, runner.frames.run  # type: ignore[union-attr]
 
-        def settle_then_mark() -> None:
+        def settle_then_mark(keep: int = 0) -> list[TalkerState]:
             read = runner.has_pending  # step() settles again, with nothing left to read: not a new start
-            settle()
-            if read:
+            ended = settle(keep)
+            if read and not keep:  # frames ahead (keep=1): the next frame was launched before this read
                 self._since = phases.clock(), phases.op_count
+            return ended
 
         def run_then_mark(*args: Any, **kwargs: Any) -> Any:
             out = run(*args, **kwargs)  # on CUDA the replay is launched, not waited for
@@ -163,7 +166,8 @@ async def drive(engine: SpeechEngine, rows: int, args: argparse.Namespace, voice
 def measure(setup: Setup, rows: int) -> list[dict[str, Any]]:
     """`--repeat` runs of `rows` requests on one engine; one result per run."""
     args, model = setup.args, setup.model
-    speech = SpeechConfig(max_rows=rows, max_frames=args.frames, max_prompt_tokens=len(PROMPT))
+    speech = SpeechConfig(max_rows=rows, max_frames=args.frames, max_prompt_tokens=len(PROMPT),
+                          frames_ahead=args.frames_ahead)
     runner, queue = setup.runner(rows, speech)
     engine = SpeechEngine(runner, speech, frozenset({T.IM_END}))  # warms up before serving
     phases = Phases(time.thread_time if setup.paced else time.perf_counter, args.count_ops, args.profile is not None)

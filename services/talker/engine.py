@@ -218,16 +218,24 @@ class SpeechEngine:
         return [waiting[i] for i in taken]
 
     def _step_rows(self) -> bool:
+        ahead = self.speech.frames_ahead and self.runner.frames is not None
         settled = self.runner.has_pending
-        self.runner.settle()  # the last frame's codes: rows that hit the codec EOS there end now
+        if not ahead:
+            self.runner.settle()  # the last frame's codes: rows that hit the codec EOS there end now
         ready = [j for j in self._running.values() if j.state is not None and j.state.is_ready]
         if not ready:
+            self.runner.settle()
             return settled
         t0 = time.perf_counter()
         # deferred: the frame's new codes are read at the next settle, so decoding and sending audio below
         # overlap the GPU's frame instead of waiting for it
-        frames = self.runner.step([j.state for j in ready], defer=True)  # (B, G)
+        frames = self.runner.step([j.state for j in ready], defer=True, ahead=ahead)  # (B, G)
+        # ahead: this frame was launched before the last one's codes were read; a row they end is not in it
+        void = {id(s) for s in self.runner.settle(keep=1)} if ahead else set()
         for job, frame in zip(ready, frames.unbind(0)):
+            if id(job.state) in void:
+                self.runner.void_frame(job.state)
+                continue
             job.add_frame(frame)
         elapsed = time.perf_counter() - t0
         for job in ready:

@@ -23,16 +23,17 @@ _TEXT, _SLOT, _CACHE_LEN = range(3)  # columns of the long buffer; the float one
 class FrameStaging:
     """Host and device buffers for up to `max_rows` rows; `inputs` fills them for one frame.
 
-    A frame's host buffers are rewritten by the next frame's `inputs`, so their copy must be done by then: the
-    runner reads every launched frame's codes (`settle`, a wait on an event recorded after the frame, which the
-    copies precede on the stream) before it stages the next one.
+    A frame's host buffers are rewritten by the next frame's `inputs`, so their copy must be done by then: `inputs`
+    first waits for an event recorded after the last copies (already passed when the runner read the last frame's
+    codes before staging this one; a real wait only when the engine launches a frame ahead).
     """
 
     def __init__(self, max_rows: int, num_slots: int, device: torch.device) -> None:
-        pin = device.type == "cuda"
+        pin = self._pinned = device.type == "cuda"
         self._longs = torch.zeros(max_rows, 3, dtype=torch.long, pin_memory=pin)
         self._floats = torch.zeros(max_rows, 1 + NUM_KNOBS, dtype=torch.float32, pin_memory=pin)
         self._longs_np, self._floats_np = self._longs.numpy(), self._floats.numpy()
+        self._copied: torch.cuda.Event | None = None  # recorded after the last frame's copies (CUDA)
         self._longs_dev = torch.zeros_like(self._longs, device=device)
         self._floats_dev = torch.zeros_like(self._floats, device=device)
         self._views: dict[int, _Views] = {}  # per row count: slicing them every frame would cost ~10 torch calls
@@ -57,11 +58,16 @@ class FrameStaging:
         v = self._views.get(rows)
         if v is None:
             v = self._views[rows] = self._slice(rows)
+        if self._copied is not None:
+            self._copied.synchronize()  # the last frame's copies have left the host buffers
         v.longs_np[:, _TEXT], v.longs_np[:, _SLOT], v.longs_np[:, _CACHE_LEN] = text_ids, slots, cache_lens
         v.floats_np[:, 0] = positions
         v.floats_np[:, 1:] = self._knobs[list(slots)]
         v.longs_dev.copy_(v.longs, non_blocking=True)
         v.floats_dev.copy_(v.floats, non_blocking=True)
+        if self._pinned:
+            self._copied = torch.cuda.Event()
+            self._copied.record()
         return FrameInputs(text_ids=v.text_ids, positions=v.positions, slots=v.slots, cache_len=v.cache_len,
                            knobs=v.knobs, talker_noise=talker_noise,  # type: ignore[arg-type]
                            predictor_noise=predictor_noise)  # type: ignore[arg-type]  # None: a greedy frame

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import secrets
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -72,14 +73,19 @@ class TalkerRunner:
         # `cuda_graphs`; otherwise `step` is the plain reference loop below.
         self.frames: FrameGraphs | None = None
         self.prefills: PrefillGraphs | None = None  # `fast`: prefills through static buckets (graphs on CUDA)
-        self._pending: _Pending | None = None  # a launched fast frame whose new codes the host has not read yet
+        # launched fast frames whose new codes the host has not read yet, oldest first (two when the engine
+        # launches a frame before reading the last one's codes: `step(..., ahead=True)`)
+        self._pending: deque[_Pending] = deque()
         if fast:
             step = FrameStep(model, self.kv, self.tables, self.suppress)
             capture = cuda_graphs and model.device.type == "cuda"
             self.frames = FrameGraphs(step, batch_buckets(max_rows), capture=capture)
             self.prefills = PrefillGraphs(model.lm, self.kv, batch_buckets(max_rows), prefill_tokens, capture)
             self._staging = FrameStaging(max_rows, self.kv.num_slots, model.device)
-            self._codes_host = torch.zeros(max_rows, dtype=torch.long, pin_memory=model.device.type == "cuda")
+            # one buffer per frame in flight: a frame's codes land in it until `settle` reads them
+            self._codes_host = [torch.zeros(max_rows, dtype=torch.long, pin_memory=model.device.type == "cuda")
+                                for _ in range(2)]
+            self._codes_buffer = 0
 
     @torch.no_grad()
     def start(
@@ -182,14 +188,20 @@ class TalkerRunner:
                         self.release(s)
 
     @torch.no_grad()
-    def step(self, states: Sequence[TalkerState], defer: bool = False) -> torch.Tensor:
+    def step(self, states: Sequence[TalkerState], defer: bool = False, ahead: bool = False) -> torch.Tensor:
         """One frame for each ready row: `(B, G)` codes (codebook 0 first).
 
         `defer` (fast path): return as soon as the frame is launched and read its new codes (which may end a row
         on the codec EOS) in the next `settle()` — the caller's host work then overlaps the GPU's frame. Call
-        `settle()` before choosing the rows of the next step.
+        `settle()` before choosing the rows of the next step, or, with `ahead` (fast path, deferred), launch this
+        frame first: its inputs need nothing the host reads from the last one (next codes, seen codes and states
+        stay in the slot tables on the device); then `settle(keep=1)` reads the last frame's codes, and a row it
+        ends on the codec EOS must drop this frame's row (and `void_frame` its count).
         """
-        self.settle()
+        if not ahead:
+            self.settle()
+        elif len(self._pending) > 1 or self.frames is None or self.record_margins or not defer:
+            raise RuntimeError("step(ahead=True) needs the deferred fast path and at most one frame in flight")
         if not all(s.is_ready for s in states):
             raise RuntimeError("step() got a finished row or one still waiting for thinker text")
         if self.frames is not None and not self.record_margins:
@@ -245,7 +257,8 @@ class TalkerRunner:
             [s.cache_len for s in states], [s.next_position for s in states], talker_noise, predictor_noise,
         )  # fmt: skip
         out = self.frames.run(inputs, mode)
-        codes = self._codes_host[: len(states)]
+        self._codes_buffer ^= 1  # by turns: the last launch's frame may still be in flight in the other one
+        codes = self._codes_host[self._codes_buffer][: len(states)]
         codes.copy_(out.next_code0, non_blocking=True)
         copied = torch.cuda.Event() if self.model.device.type == "cuda" else None
         if copied is not None:
@@ -260,29 +273,39 @@ class TalkerRunner:
                 rows.append(i)
             else:
                 self._finish(s)  # stream order keeps this frame's writes before a new owner's prefill
-        self._pending = _Pending(continuing, rows, codes, copied)
+        self._pending.append(_Pending(continuing, rows, codes, copied))
         self._draw_ahead(continuing)  # while the GPU runs the frame
         return frames
 
     @property
     def has_pending(self) -> bool:
-        return self._pending is not None
+        return bool(self._pending)
 
-    def settle(self) -> None:
-        """Read the last launched frame's new codes (waits for that frame): the codec EOS finishes its row."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        if pending.copied is not None:
-            pending.copied.synchronize()
-        codes = pending.codes.tolist()
+    def settle(self, keep: int = 0) -> list[TalkerState]:
+        """Read the launched frames' new codes, oldest first, all but the newest `keep` (waits for those frames):
+        the codec EOS finishes its row. Returns every row whose new code was the EOS, even one finished meanwhile
+        (at its frame limit, by a frame launched after): no frame launched after this one is that row's."""
+        ended: list[TalkerState] = []
         eos = self.model.cfg.tokens.codec_eos
-        for s, i in zip(pending.states, pending.rows):
-            if s.finished:  # released meanwhile (client cancel)
-                continue
-            s.code0 = codes[i]
-            if s.code0 == eos:
-                self._finish(s)
+        while len(self._pending) > keep:
+            pending = self._pending.popleft()
+            if pending.copied is not None:
+                pending.copied.synchronize()
+            codes = pending.codes.tolist()
+            for s, i in zip(pending.states, pending.rows):
+                if codes[i] == eos:
+                    ended.append(s)
+                if s.finished:  # released meanwhile (client cancel), or at its frame limit by a later launch
+                    continue
+                s.code0 = codes[i]
+                if s.code0 == eos:
+                    self._finish(s)
+        return ended
+
+    @staticmethod
+    def void_frame(state: TalkerState) -> None:
+        """Uncount the frame an `ahead` step launched for a row that `settle` then ended: it is not the row's."""
+        state.num_frames -= 1
 
     def capture_graphs(self) -> None:
         """Capture every frame and prefill graph now (the service does this at start, before it reports ready)."""

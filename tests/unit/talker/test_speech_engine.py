@@ -3,6 +3,8 @@ loudly rather than hanging."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -33,12 +35,13 @@ def model() -> TalkerModel:
     return tiny_talker()
 
 
-@pytest.fixture(params=[False, True], ids=["reference-step", "fast-deferred-step"])
+@pytest.fixture(params=["reference", "fast", "ahead"], ids=["reference-step", "fast-deferred-step", "frames-ahead"])
 def engine(model: TalkerModel, request: pytest.FixtureRequest) -> Iterator[SpeechEngine]:
-    """Both runner paths: the reference loop, and the fast frame (its graph buffers run eagerly on CPU) whose
-    codes the engine reads one iteration later."""
-    runner = TalkerRunner(model, SPEECH.max_rows, 16 + 10 + FRAMES, fast=request.param)
-    eng = SpeechEngine(runner, SPEECH, EOS, Metrics("talker", "t"))
+    """The runner paths: the reference loop; the fast frame (its graph buffers run eagerly on CPU) whose codes the
+    engine reads one iteration later; and the fast frame launched before the last one's codes are read."""
+    runner = TalkerRunner(model, SPEECH.max_rows, 16 + 10 + FRAMES, fast=request.param != "reference")
+    speech = dataclasses.replace(SPEECH, frames_ahead=request.param == "ahead")
+    eng = SpeechEngine(runner, speech, EOS, Metrics("talker", "t"))
     yield eng
     eng.close()
 
@@ -103,6 +106,37 @@ def test_seeded_rows_batched_equal_alone(engine: SpeechEngine, model: TalkerMode
         assert torch.equal(_codes(chunks), alone.codes)
 
 
+def test_rows_that_end_on_the_codec_eos_give_the_reference_frames(model: TalkerModel) -> None:
+    """The codec EOS made likely (its head row scaled up), so rows end on it at different frames; with frames
+    launched ahead, a row's frame launched beside the one that chose the EOS is dropped, its count with it."""
+    eos_model = copy.deepcopy(model)
+    with torch.no_grad():
+        eos_model.lm.codec_head.weight[eos_model.cfg.tokens.codec_eos] *= 3
+    texts = [list(range(20 + 5 * i, 26 + 5 * i)) for i in range(4)]
+    voices = ["ethan", "chelsie", "aiden", "ethan"]
+    refs = [lockstep_generate(eos_model, [SpeechPrompt(PROMPT, v)], [iter(t)], max_frames=FRAMES, thinker_eos=EOS)[0]
+            for v, t in zip(voices, texts)]
+    assert any(r.codes.shape[1] < FRAMES for r in refs), "the test needs rows that end on the EOS"
+    speech = dataclasses.replace(SPEECH, max_rows=4, frames_ahead=True)
+    runner = TalkerRunner(eos_model, speech.max_rows, 16 + 10 + FRAMES, fast=True)
+    engine = SpeechEngine(runner, speech, EOS, Metrics("talker", "t"))
+    try:
+        async def run() -> list[tuple[list[AudioOut], FinishedOut]]:
+            handles = [engine.submit(_input(v)) for v in voices]
+            for h, t in zip(handles, texts):
+                h.push_text(t)
+                h.end_text()
+            return await asyncio.gather(*(_drain(h) for h in handles))
+
+        for (chunks, done), ref in zip(asyncio.run(run()), refs):
+            assert torch.equal(_codes(chunks), ref.codes)
+            assert done.num_frames == ref.codes.shape[1]
+            assert done.reason is (SpeechFinish.LENGTH if done.num_frames == FRAMES else SpeechFinish.STOP)
+        assert len(runner.kv.free_slots) == speech.max_rows and not runner.has_pending
+    finally:
+        engine.close()
+
+
 def test_cancel_frees_the_row_and_the_queue_moves(engine: SpeechEngine) -> None:
     async def run() -> FinishedOut:
         first, second, third = (engine.submit(_input()) for _ in range(3))
@@ -138,7 +172,7 @@ def test_a_prompt_the_prefill_refuses_fails_only_its_request(engine: SpeechEngin
 
 
 def test_a_dead_engine_fails_every_stream(engine: SpeechEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(states: object, defer: bool = False) -> torch.Tensor:
+    def broken(states: object, defer: bool = False, ahead: bool = False) -> torch.Tensor:
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(engine.runner, "step", broken)
