@@ -9,7 +9,9 @@ The thread's host work is on every frame's path (the GPU idles from a frame's en
 kept per iteration rather than per row where it can be: one read-back of all the chunks' samples, one hand-off to
 each event loop for all its streams' outputs (every `call_soon_threadsafe` wakes the loop, which then contends
 for the GIL with this thread). Code2Wav runs on a side stream beside the next frame (`ChunkDecoder`): a chunk's
-samples go out one iteration after its decode is launched, read back once the next frame is on its way.
+samples go out one iteration after its decode is launched, read back once the next frame is on its way. With
+`speech.frames_ahead` a frame is launched before the last one's codes are read, so the staging of a frame also
+leaves the GPU's path; a row the last frame ends on the codec EOS drops its row of the new one.
 """
 from __future__ import annotations
 
