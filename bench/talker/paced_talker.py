@@ -21,7 +21,7 @@ from services.talker.model.load import TalkerModel
 from services.talker.model.state import TalkerState
 
 # H200 timings (bench/talker/NOTES.md): frame graph ms at 1 / 8 / 32 rows, prefill graph ms, Code2Wav graph ms
-FRAME_MS = {1: 5.8, 8: 6.2, 32: 6.6}
+FRAME_MS = {1: 4.33, 8: 4.77, 32: 5.28}  # results/2026-11-30-talker-h200-skinny-pick.json
 PREFILL_MS = {1: 7.8, 8: 13.7, 32: 36.0}
 CODE2WAV_MS = {1: 3.3, 8: 12.5, 32: 43.6}  # a 25-frame chunk per batch size (4-frame first chunks: ~2.6 at 1)
 
