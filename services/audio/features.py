@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from runtime.audio_lengths import mel_frame_count
+from runtime.transfer import to_device
 from services.audio.mel_filters import mel_filter_bank
-from services.audio.transfer import to_device
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
 LOG_FLOOR = 1e-10  # mel power floor before log10

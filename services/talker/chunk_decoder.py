@@ -15,6 +15,7 @@ from typing import Sequence
 
 import torch
 
+from runtime.transfer import to_host
 from services.talker.job import SpeechJob
 from services.talker.model.code2wav import Code2Wav
 from services.talker.model.code2wav_stream import decode_streams
@@ -64,9 +65,7 @@ class ChunkDecoder:
             self._stream.wait_stream(torch.cuda.current_stream(self._device))  # the frame that made the codes
             with torch.cuda.stream(self._stream):
                 pieces = decode_streams(self.code2wav, streams, finals)
-                flat = self._flatten(pieces)
-                samples = torch.empty(flat.shape, dtype=torch.float32, pin_memory=True)
-                samples.copy_(flat, non_blocking=True)
+                samples = to_host(self._flatten(pieces))
                 ready = torch.cuda.Event()
                 ready.record()
         sizes = [sum(p.shape[0] for p in parts) for parts in pieces]

@@ -10,8 +10,8 @@ from runtime.attention import AttentionContext, build_attention_context
 from runtime.attention.kv_cache import allocate_kv_cache
 from runtime.engine.engine import PendingTokens
 from runtime.engine.scheduler import PENDING_TOKEN, ScheduledBatch, ScheduledRow
-from runtime.engine.staging import to_device
 from runtime.engine.sequence import Sequence
+from runtime.transfer import to_device
 from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraphs
 from services.thinker.model import DeepstackInput, ThinkerLM
 from services.thinker.request import ThinkerRequest
@@ -126,15 +126,16 @@ class ThinkerRunner:
             return self.model.compute_logits(hidden)  # decode: every row samples
         ends = torch.cumsum(torch.tensor(q_lens), 0) - 1
         last = [int(ends[i]) for i, r in enumerate(batch.rows) if r.samples]
-        return self.model.compute_logits(hidden[to_device(last, torch.long, hidden.device)])
+        return self.model.compute_logits(hidden[to_device(torch.tensor(last, dtype=torch.long), hidden.device)])
 
     def _fill_pending(self, ids: torch.Tensor, packed: _Packed, pending: PendingTokens | None) -> None:
         """Writes the tokens still being drawn into `ids` (on the device, after the step that draws them)."""
         if not packed.pending_rows:
             return
         assert pending is not None, "a PENDING_TOKEN without the step that draws it"
-        rows = to_device(packed.pending_rows, torch.long, ids.device)
-        ids.index_copy_(0, rows, pending.tokens.index_select(0, to_device(packed.pending_from, torch.long, ids.device)))
+        rows, src = (to_device(torch.tensor(v, dtype=torch.long), ids.device)
+                     for v in (packed.pending_rows, packed.pending_from))
+        ids.index_copy_(0, rows, pending.tokens.index_select(0, src))
 
     def _pack(self, rows: list[ScheduledRow], pending: PendingTokens | None) -> _Packed:
         num_levels = self.model.cfg.num_deepstack

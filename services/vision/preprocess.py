@@ -11,8 +11,9 @@ from typing import NamedTuple
 
 import torch
 
-from services.vision.model.grid import Grid
+from runtime.transfer import to_device
 from runtime.vision_processing import VisionProcessingConfig
+from services.vision.model.grid import Grid
 
 
 class MediaKind(Enum):
@@ -39,15 +40,6 @@ def normalisation_table(
     mean_t = torch.tensor(mean, dtype=torch.float32)
     std_t = torch.tensor(std, dtype=torch.float32)
     return ((scaled[:, None] - mean_t) / std_t).flatten().to(device)  # [256·3]
-
-
-def to_device(frames: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Host frames to `device`; CUDA copies go through pinned memory without blocking the host."""
-    if frames.device == device:
-        return frames
-    if device.type == "cuda" and frames.device.type == "cpu":
-        return frames.pin_memory().to(device, non_blocking=True)
-    return frames.to(device)
 
 
 def check_frames(frames: torch.Tensor, factor: int) -> None:

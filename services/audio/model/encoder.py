@@ -14,7 +14,7 @@ from services.audio.model.graphs import DEFAULT_GRAPH_CHUNKS, CudaGraphs
 from services.audio.model.layers import EncoderLayer, activation
 from services.audio.model.plan import DEFAULT_CHUNKS_PER_LAUNCH, AudioBatchPlan, plan_batch
 from services.audio.model.stem import ConvStem, sinusoid_table, stem_weights
-from services.audio.transfer import to_device
+from runtime.transfer import to_device
 
 WEIGHT_PREFIX = "thinker.audio_tower."
 

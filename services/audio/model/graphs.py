@@ -16,7 +16,8 @@ import torch
 
 from services.audio.model.config import AudioEncoderConfig
 from services.audio.model.plan import AudioBatchPlan, bucket_chunks, bucket_key, plan_bucketed
-from services.audio.transfer import StagedTensors, to_device
+from runtime.transfer import to_device
+from services.audio.transfer import StagedTensors
 
 DEFAULT_GRAPH_CHUNKS = 32  # largest batch replayed, in 1 s chunks; bigger ones keep the GPU busy from eager Python
 DEFAULT_MAX_GRAPHS = 16

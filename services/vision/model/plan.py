@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import torch
 
+from runtime.transfer import to_device
 from services.vision.model.grid import Grid
 
 
@@ -38,17 +39,12 @@ class VisionPlan(NamedTuple):
         """The same plan with its tensors on `device`; CUDA copies go through pinned memory, asynchronously."""
         if device.type == "cpu":
             return self
-
-        def move(t: torch.Tensor) -> torch.Tensor:
-            # Pinned source + non_blocking: the copy is queued on the stream and the host never waits on it.
-            return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
-
         return self._replace(
-            cu_seqlens=move(self.cu_seqlens),
-            frame_coords=move(self.frame_coords),
-            interp_index=move(self.interp_index),
-            interp_weight=move(self.interp_weight),
-            frame_row=move(self.frame_row),
+            cu_seqlens=to_device(self.cu_seqlens, device),
+            frame_coords=to_device(self.frame_coords, device),
+            interp_index=to_device(self.interp_index, device),
+            interp_weight=to_device(self.interp_weight, device),
+            frame_row=to_device(self.frame_row, device),
         )
 
 
