@@ -173,8 +173,10 @@ class _Picker:
             return cls(None, None, None)
         temperature, top_k, top_p = (knobs[:, c] for c in columns)
         sample = knobs[:, DO_SAMPLE] > 0
+        if kernel is None:
+            kernel = knobs.is_cuda and triton_importable()
         if mode == "topk":
-            if kernel if kernel is not None else knobs.is_cuda and triton_importable():
+            if kernel:
                 from services.talker.model.pick_triton import RowKnobs  # imports triton
 
                 return cls(sample, None, None, RowKnobs.build(sample, temperature, top_k, top_p, TOP_WIDTH))
