@@ -123,3 +123,25 @@ def test_running_ahead_gives_the_tokens_of_one_step_at_a_time(demo_ckpt: Path, p
     for i in range(len(prompts)):
         assert [e.token_id for e in runs[True][i]] == [e.token_id for e in runs[False][i]], i
         assert len(runs[True][i]) == 10
+
+
+PENALISED = (
+    SamplingOptions(temperature=0.0, repetition_penalty=1.3, max_tokens=10, ignore_eos=True),
+    SamplingOptions(temperature=0.0, presence_penalty=1.5, frequency_penalty=0.5, max_tokens=10, ignore_eos=True),
+    SamplingOptions(temperature=0.8, repetition_penalty=1.2, frequency_penalty=0.3, seed=7, max_tokens=10,
+                    ignore_eos=True),
+    GREEDY,
+)
+
+
+@pytest.mark.gpu
+def test_running_ahead_counts_the_pending_token_in_penalties(demo_ckpt: Path, prompts: list[list[int]]) -> None:
+    """Penalised rows running ahead count their newest token while it is still on the device (it has not come back
+    to the host when the next step samples): their tokens equal those of the engine that reads each step first."""
+    model = ThinkerLM.load(demo_ckpt, device="cuda", dtype=torch.bfloat16)
+    settings = GraphSettings((1, 2, 4, 8), (32, 64), 8, 512)
+    options = [PENALISED[i % len(PENALISED)] for i in range(len(prompts))]
+    runs = {ahead: _generate(_engine(model, settings, run_ahead=ahead)[0], prompts, model, options)
+            for ahead in (True, False)}
+    for i in range(len(prompts)):
+        assert [e.token_id for e in runs[True][i]] == [e.token_id for e in runs[False][i]], i
