@@ -3,7 +3,8 @@ with the fastest shape for fc2's GELU rows; writes JSON.
 
 The quantization before fc2 (GELU of fc1's 4,304-wide output, then e4m3) ran at 1.6 TB/s on the H200 where the
 plain 1,152-wide pass reaches 3.3: a row per program over 8 warps reduces its amax across warps. This times the
-elements each thread holds (so the warps a row takes) for both widths, with and without the GELU.
+elements each thread holds (so the warps a row takes) for both widths, with and without the GELU, and each form of
+the GELU (GELU_FORMS: through exp, through PTX tanh.approx in float32, or in packed bf16 pairs).
 
 Run on the GPU machine:  PYTHONPATH=. python bench/vision/sweep_fp8_quant.py --out sweep.json
 """
@@ -24,20 +25,22 @@ ROWS = 47_040  # the 60 s video's patches
 ELEMENTS_PER_THREAD = (8, 16, 32, 64)
 
 
-def time_quantize(width: int, gelu: bool) -> dict[int, dict[str, float]]:
+def time_quantize(width: int, gelu: str) -> dict[int, dict[str, float]]:
+    """gelu: "" (none) or one of GELU_FORMS."""
     x = torch.randn(ROWS, width, device="cuda", dtype=torch.bfloat16)
     moved = ROWS * width * 3  # bf16 in, e4m3 out
     out = {}
     for per_thread in ELEMENTS_PER_THREAD:
         quant.ELEMENTS_PER_THREAD = per_thread
-        ms = float(do_bench(lambda: quant.quantize_rows_triton(x, gelu), warmup=10, rep=50, return_mode="median"))
+        ms = float(do_bench(lambda: quant.quantize_rows_triton(x, bool(gelu), gelu_form=gelu or None), warmup=10,
+                            rep=50, return_mode="median"))
         out[per_thread] = {"median_ms": ms, "gb_per_s": moved / (ms * 1e-3) / 1e9}
-        print(f"width {width} gelu {gelu} elements/thread {per_thread}: {ms * 1e3:.1f} us", flush=True)
+        print(f"width {width} gelu {gelu or '-'} elements/thread {per_thread}: {ms * 1e3:.1f} us", flush=True)
     return out
 
 
-def time_video(per_thread: int) -> dict[str, float]:
-    quant.ELEMENTS_PER_THREAD = per_thread
+def time_video(per_thread: int, gelu_form: str) -> dict[str, float]:
+    quant.ELEMENTS_PER_THREAD, quant.GELU_FORM = per_thread, gelu_form
     device, dtype = torch.device("cuda"), torch.bfloat16
     hf = reference_tower(REAL, device, dtype)  # transformers' init, as bench_vision_tower uses
     state = hf.state_dict()
@@ -59,14 +62,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    default = quant.ELEMENTS_PER_THREAD
-    result: dict = {"device": torch.cuda.get_device_name(), "rows": ROWS, "default_elements_per_thread": default}
-    result["quantize"] = {f"{w}{'_gelu' if g else ''}": time_quantize(w, g)
-                          for w, g in ((4304, True), (4304, False), (1152, False))}
-    gelu = result["quantize"]["4304_gelu"]
-    best = min(gelu, key=lambda k: gelu[k]["median_ms"])
-    result["video_with_best_gelu_shape"] = {"elements_per_thread": best, **time_video(best)}
-    quant.ELEMENTS_PER_THREAD = default
+    default = quant.ELEMENTS_PER_THREAD, quant.GELU_FORM
+    result: dict = {"device": torch.cuda.get_device_name(), "rows": ROWS, "default_elements_per_thread": default[0],
+                    "default_gelu_form": default[1]}
+    cases = [(4304, form) for form in quant.GELU_FORMS] + [(4304, ""), (1152, "")]
+    result["quantize"] = {f"{w}{'_gelu_' + g if g else ''}": time_quantize(w, g) for w, g in cases}
+    timings = {(form, per_thread): t["median_ms"] for form in quant.GELU_FORMS
+               for per_thread, t in result["quantize"][f"4304_gelu_{form}"].items()}
+    form, per_thread = min(timings, key=timings.get)
+    result["video_with_best_gelu"] = {"gelu_form": form, "elements_per_thread": per_thread,
+                                      **time_video(per_thread, form)}
+    quant.ELEMENTS_PER_THREAD, quant.GELU_FORM = default
     Path(args.out).write_text(json.dumps(result, indent=1))
 
 
