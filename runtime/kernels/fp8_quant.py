@@ -3,7 +3,8 @@
 Each row gets its own fp32 scale, amax(|row|) / 448, so its largest element lands on e4m3's largest finite value and
 the row is stored as float8_e4m3fn values with row ≈ values · scale. Both paths compute the same float32 operations
 (an exact amax, IEEE-rounded divisions, one product per element, saturation at ±448, round-to-nearest-even into e4m3),
-so on the GPU they agree bit for bit. With `gelu_tanh` the rows first go through GELU's tanh form in float32: the
+so on the GPU they agree bit for bit. With `gelu_tanh` the rows first go through GELU's tanh form (the reference in
+float32; the kernel, by default, with PTX tanh.approx on packed bf16 pairs: see fp8_quant_triton.GELU_FORMS): the
 vision MLP's fc2 quantizes fc1's output that way, in the same pass.
 """
 from __future__ import annotations
