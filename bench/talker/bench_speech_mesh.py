@@ -1,6 +1,8 @@
 """Text->speech through the gateway (benchmarks.md "text->speech"): closed loop at each concurrency, real processes.
 
-Per level: audio seconds produced per wall second, time to first audio (p50/p99), real-time factor per request,
+Each level's measured phase runs until at least 10 x c requests have finished and 30 s have passed (benchmarks.md),
+and its throughput is taken over that phase, while all c streams are busy. Per level: audio seconds produced per
+wall second, time to first audio (p50/p99), real-time factor per request,
 and streaming viability (share of chunks that arrived before the previous one would have finished playing).
 `--tiny` runs the demo checkpoint on CPU (a smoke test); `--model DIR` any checkpoint on the configured devices;
 `--random-weights` the released dims with random weights, written as a checkpoint first (no real checkpoint needed):
@@ -76,15 +78,35 @@ def request(index: int, text_tokens: int, voice: str) -> omni_pb2.ChatRequest:
         speech_sampling=common_pb2.SamplingParams(seed=index))  # the talker's defaults, seeded
 
 
-async def closed_loop(address: str, concurrency: int, warmup: int, measured: int, text_tokens: int,
+@dataclass
+class Phase:
+    """A level's measured phase: it starts with the first measured request and stops taking new ones once both
+    `requests` measured requests have finished and `seconds` have passed (benchmarks.md: at least 10 x c requests
+    or 30 s); `stop` is then when that happened, so [start, stop] is a window with all c streams busy."""
+    requests: int
+    seconds: float
+    start: float | None = None
+    stop: float | None = None
+
+
+async def closed_loop(address: str, concurrency: int, warmup: int, phase: Phase, text_tokens: int,
                       voice: str) -> list[SpeechRecord]:
     records: list[SpeechRecord] = []
     counter = iter(range(10**9))
 
+    def phase_over() -> bool:
+        if phase.stop is None and phase.start is not None:
+            finished = sum(r.measured and r.end is not None for r in records)
+            if finished >= phase.requests and time.perf_counter() - phase.start >= phase.seconds:
+                phase.stop = time.perf_counter()
+        return phase.stop is not None
+
     async def worker(stub: omni_pb2_grpc.OmniStub) -> None:
-        while sum(r.measured and r.end is not None for r in records) < measured:
+        while not phase_over():
             index = next(counter)
-            rec = SpeechRecord(time.perf_counter(), warmup <= index < warmup + measured)
+            rec = SpeechRecord(time.perf_counter(), index >= warmup)
+            if rec.measured and phase.start is None:
+                phase.start = rec.start
             records.append(rec)
             async for ev in stub.Chat(request(index, text_tokens, voice)):
                 if ev.HasField("audio") and ev.audio.pcm16:
@@ -99,14 +121,16 @@ async def closed_loop(address: str, concurrency: int, warmup: int, measured: int
     return records
 
 
-def summarize(records: list[SpeechRecord], concurrency: int) -> dict[str, Any]:
+def summarize(records: list[SpeechRecord], phase: Phase, concurrency: int, frames_ahead: bool) -> dict[str, Any]:
+    """Audio seconds per second over the phase's window (chunks that arrived in it, from any request); latencies
+    and real-time factors over the measured requests, each to its end (those still running at the stop included)."""
     done = [r for r in records if r.measured and r.end is not None and r.chunks]
-    t0, t1 = min(r.start for r in done), max(r.end for r in done)
+    t0, t1 = phase.start, phase.stop
     audio = sum(s for r in records for t, s in r.chunks if t0 <= t <= t1)
     ttfa = [r.chunks[0][0] - r.start for r in done]
     rtf = [(r.end - r.start) / r.audio_seconds for r in done if r.audio_seconds > 0]
     viable = [v for r in done if (v := r.viable_share()) is not None]
-    return {"concurrency": concurrency, "requests": len(done), "window_s": t1 - t0,
+    return {"concurrency": concurrency, "frames_ahead": frames_ahead, "requests": len(done), "window_s": t1 - t0,
             "audio_s_per_s": audio / (t1 - t0), "ttfa_ms_p50": percentile(ttfa, 50) * 1e3,
             "ttfa_ms_p99": percentile(ttfa, 99) * 1e3, "rtf_p50": percentile(rtf, 50),
             "streaming_viability": sum(viable) / len(viable) if viable else None,
@@ -166,10 +190,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"codec frames per answer at most (default 4095; {RANDOM_WEIGHTS_MAX_FRAMES} with "
                         "--random-weights, which seldom end an answer themselves)")
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--measured", type=int, default=0, help="per level; default 2 x concurrency")
+    p.add_argument("--measured", type=int, default=0,
+                   help="measured requests per level at least (default 10 x concurrency; 2 x with --tiny)")
+    p.add_argument("--min-seconds", type=float, default=30.0,
+                   help="the measured phase lasts at least this long (0 with --tiny)")
     p.add_argument("--voice", default="ethan")
-    p.add_argument("--frames-ahead", action="store_true",
-                   help="talker speech.frames_ahead: launch each frame before reading the last one's codes")
+    p.add_argument("--frames-ahead", choices=("off", "on", "both"), default="off",
+                   help="talker speech.frames_ahead (launch each frame before reading the last one's codes); both: "
+                        "a mesh without it, then one with it, on the same checkpoint")
     p.add_argument("--log-level", default="INFO",
                    help="the mesh's; DEBUG adds the talker's first-audio timeline of every request to the mesh log")
     p.add_argument("--hf-requests", type=int, default=0,
@@ -179,17 +207,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.max_frames is None:
         args.max_frames = RANDOM_WEIGHTS_MAX_FRAMES if args.random_weights else 4095
     if args.tiny:
-        args.concurrency, args.text_tokens, args.max_frames = [1, 2], 6, 12
+        args.concurrency, args.text_tokens, args.max_frames, args.min_seconds = [1, 2], 6, 12, 0.0
     return args
 
 
-def mesh_stages(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+def mesh_stages(args: argparse.Namespace, frames_ahead: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """(thinker section, other sections) of the mesh config."""
     thinker: dict[str, Any] = {"device": args.device, "dtype": args.dtype}
     if args.thinker_kv_gib:
         thinker["engine"] = {"kv_cache_bytes": int(args.thinker_kv_gib * 2**30)}
     talker = {"device": args.talker_device, "dtype": args.dtype,
-              "speech": {"max_frames": args.max_frames, "frames_ahead": args.frames_ahead}}
+              "speech": {"max_frames": args.max_frames, "frames_ahead": frames_ahead}}
     return thinker, {"talker": talker}
 
 
@@ -197,19 +225,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     checkpoint = write_random_checkpoint(args) if args.random_weights else None
     model_dir = checkpoint.dir if checkpoint else resolve_model(args.model or "demo")
-    thinker, stages = mesh_stages(args)
     workdir = Path(tempfile.mkdtemp(prefix="bench-speech-"))
     mesh_log = args.out.with_suffix(".mesh.log")  # beside the result: it comes back from the GPU machine with it
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    levels = []
     try:
         with open(mesh_log, "w") as log:
-            mesh = Mesh(model_dir, thinker, workdir, log, ready_timeout_s=900, stages=stages, log_level=args.log_level)
-            try:
-                levels = [summarize(asyncio.run(closed_loop(mesh.address, c, args.warmup, args.measured or 2 * c,
-                                                            args.text_tokens, args.voice)), c)
-                          for c in args.concurrency]
-            finally:
-                mesh.stop()
+            for frames_ahead in {"off": [False], "on": [True], "both": [False, True]}[args.frames_ahead]:
+                thinker, stages = mesh_stages(args, frames_ahead)
+                (run_dir := workdir / f"frames-ahead-{frames_ahead}").mkdir()
+                mesh = Mesh(model_dir, thinker, run_dir, log, ready_timeout_s=900, stages=stages,
+                            log_level=args.log_level)
+                try:
+                    for c in args.concurrency:
+                        phase = Phase(args.measured or (2 if args.tiny else 10) * c, args.min_seconds)
+                        records = asyncio.run(closed_loop(mesh.address, c, args.warmup, phase, args.text_tokens,
+                                                          args.voice))
+                        levels.append(summarize(records, phase, c, frames_ahead))
+                        print(json.dumps({k: v for k, v in levels[-1].items() if k != "raw"}), flush=True)
+                finally:
+                    mesh.stop()
         config = json.loads((model_dir / "config.json").read_text())  # read before the checkpoint is removed
     finally:
         if checkpoint:

@@ -13,14 +13,16 @@ def test_viability_counts_chunks_that_arrive_before_the_audio_runs_out() -> None
 
 
 def test_tiny_run_writes_every_level(demo_ckpt: Path, tmp_path: Path) -> None:
+    """Both talker modes (a mesh each), every concurrency, each phase at least 2 x c measured requests (--tiny)."""
     out = tmp_path / "speech.json"
-    main(["--tiny", "--model", str(demo_ckpt), "--out", str(out), "--hf-requests", "1"])
+    main(["--tiny", "--model", str(demo_ckpt), "--out", str(out), "--hf-requests", "1", "--frames-ahead", "both"])
     result = json.loads(out.read_text())
     assert result["transformers"]["requests"] == 1 and result["c1_audio_s_per_s_over_transformers"] > 0
-    assert [lv["concurrency"] for lv in result["levels"]] == [1, 2]
+    assert [(lv["frames_ahead"], lv["concurrency"]) for lv in result["levels"]] == [
+        (False, 1), (False, 2), (True, 1), (True, 2)]
     for level in result["levels"]:
-        assert level["requests"] >= level["concurrency"] and level["audio_s_per_s"] > 0
-        assert level["ttfa_ms_p50"] > 0
+        assert level["requests"] >= 2 * level["concurrency"] and level["audio_s_per_s"] > 0
+        assert level["window_s"] > 0 and level["ttfa_ms_p50"] > 0
 
 
 def test_transformers_baseline_speaks_exact_lengths(demo_ckpt: Path) -> None:

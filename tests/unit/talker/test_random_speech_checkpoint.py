@@ -141,12 +141,14 @@ def test_tiny_random_weight_mesh_run(tmp_path: Path) -> None:
 def test_stage_devices_and_frame_cap_follow_the_flags() -> None:
     args = parse_args(["--random-weights", "--device", "cuda:0", "--talker-device", "cuda:1", "--thinker-kv-gib", "8",
                        "--out", "x.json"])
-    thinker, stages = mesh_stages(args)
+    thinker, stages = mesh_stages(args, False)
     assert thinker == {"device": "cuda:0", "dtype": "float32", "engine": {"kv_cache_bytes": 8 << 30}}
+    assert stages["talker"]["speech"]["frames_ahead"] is False
+    assert mesh_stages(args, True)[1]["talker"]["speech"]["frames_ahead"] is True
     assert stages["talker"]["device"] == "cuda:1"
     assert stages["talker"]["speech"]["max_frames"] == RANDOM_WEIGHTS_MAX_FRAMES  # random weights never stop by EOS
     args = parse_args(["--device", "cuda", "--out", "x.json"])
-    thinker, stages = mesh_stages(args)
+    thinker, stages = mesh_stages(args, False)
     assert "engine" not in thinker and stages["talker"]["device"] == "cuda"
     assert stages["talker"]["speech"]["max_frames"] == 4095
 
