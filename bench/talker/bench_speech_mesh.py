@@ -195,9 +195,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--min-seconds", type=float, default=30.0,
                    help="the measured phase lasts at least this long (0 with --tiny)")
     p.add_argument("--voice", default="ethan")
-    p.add_argument("--frames-ahead", choices=("off", "on", "both"), default="off",
-                   help="talker speech.frames_ahead (launch each frame before reading the last one's codes); both: "
-                        "a mesh without it, then one with it, on the same checkpoint")
+    p.add_argument("--frames-ahead", choices=("off", "on", "both"), default="on",
+                   help="talker speech.frames_ahead (launch each frame before reading the last one's codes; on by "
+                        "default); both: a mesh without it, then one with it, on the same checkpoint")
     p.add_argument("--log-level", default="INFO",
                    help="the mesh's; DEBUG adds the talker's first-audio timeline of every request to the mesh log")
     p.add_argument("--hf-requests", type=int, default=0,
