@@ -8,8 +8,9 @@ for its next thinker token sits out the step without holding anyone up.
 The thread's host work is on every frame's path (the GPU idles from a frame's end to the next launch), so it is
 kept per iteration rather than per row where it can be: one read-back of all the chunks' samples, one hand-off to
 each event loop for all its streams' outputs (every `call_soon_threadsafe` wakes the loop, which then contends
-for the GIL with this thread). Code2Wav runs on a side stream beside the next frame (`ChunkDecoder`): a chunk's
-samples go out one iteration after its decode is launched, read back once the next frame is on its way. With
+for the GIL with this thread). Code2Wav runs on a side stream beside the next frames (`ChunkDecoder`): a chunk's
+samples go out on the first iteration that finds its decode done, read back once that iteration's frame is on its
+way; the thread waits for a decode only when it has no frame to launch. With
 `speech.frames_ahead` a frame is launched before the last one's codes are read, so the staging of a frame also
 leaves the GPU's path; a row the last frame ends on the codec EOS drops its row of the new one.
 """
@@ -178,7 +179,9 @@ class SpeechEngine:
     def _iterate(self) -> bool:
         started = self._start_rows()
         stepped = self._step_rows()
-        collected = self._collect_audio()  # the last iteration's chunks, now that this one's frame is launched
+        # the decodes that are done, now that this iteration's frame is launched; an iteration that launched
+        # nothing waits for the oldest instead of spinning
+        collected = self._collect_audio(wait=not (started or stepped))
         decoded = self._decode_chunks()
         for job in [j for j in self._running.values() if j.is_done and not self._chunks.holds(j)]:
             del self._running[job.job_id]
@@ -259,9 +262,9 @@ class SpeechEngine:
         self._chunks.launch(jobs, finals)
         return True
 
-    def _collect_audio(self) -> bool:
-        """Send the samples of the chunks launched last iteration (waits for that decode, not for this frame)."""
-        collected = self._chunks.collect()
+    def _collect_audio(self, wait: bool) -> bool:
+        """Send the samples of every chunk decode that is done (with `wait`, the oldest one in any case)."""
+        collected = self._chunks.collect(wait)
         for job, wav in collected:
             if wav is None or job.job_id not in self._running:  # no chunk of it ran, or cancelled meanwhile
                 continue

@@ -1,5 +1,5 @@
-"""ChunkDecoder on CPU: a launch's samples are what decode_streams gives the same streams, collected once, and a
-second launch before the collect is refused (the engine collects each iteration's chunks on the next one)."""
+"""ChunkDecoder: a launch's samples are what decode_streams gives the same streams, collected once; launches queue up
+to MAX_IN_FLIGHT and come back in launch order, a decode still running holding back the ones after it."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from services.talker.chunk_decoder import ChunkDecoder
+from services.talker.chunk_decoder import MAX_IN_FLIGHT, ChunkDecoder
 from services.talker.job import Sink, SpeechJob
 from services.talker.model.code2wav import Code2Wav
 from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
@@ -59,9 +59,7 @@ def test_collected_samples_are_decode_streams_output(model: TalkerModel, loop: a
     assert not decoder.busy and decoder.collect() == []
     decoder.launch(jobs, [False] * len(jobs))
     assert decoder.busy and all(decoder.holds(j) for j in jobs)
-    with pytest.raises(RuntimeError, match="not collected"):
-        decoder.launch(jobs, [False] * len(jobs))
-    collected = decoder.collect()
+    collected = decoder.collect(wait=True)
     assert not decoder.busy and not decoder.holds(jobs[0])
     assert [job for job, _ in collected] == jobs
     for (_, wav), parts in zip(collected, expected):
@@ -70,3 +68,44 @@ def test_collected_samples_are_decode_streams_output(model: TalkerModel, loop: a
         else:
             torch.testing.assert_close(wav, torch.cat(parts).float().cpu(), rtol=0, atol=0)
     assert jobs[0].stream.decoded_frames == 5 and jobs[2].stream.decoded_frames == 0
+
+
+class _Running:
+    """A CUDA event's two calls, for a decode that the test says is still running (CPU decodes finish at launch)."""
+
+    def __init__(self) -> None:
+        self.finished = False
+
+    def query(self) -> bool:
+        return self.finished
+
+    def synchronize(self) -> None:
+        self.finished = True
+
+
+def test_flights_come_back_in_launch_order(model: TalkerModel, loop: asyncio.AbstractEventLoop) -> None:
+    """A running decode holds back the finished ones launched after it (each stream's chunks go out in order) until
+    it ends or the engine waits for it; with MAX_IN_FLIGHT in flight the next collect waits for the oldest, so the
+    launch after it has room."""
+    code2wav = model.code2wav
+    groups = model.cfg.code_predictor.num_code_groups
+    decoder = ChunkDecoder(code2wav)
+    jobs = [_job(i, s, loop) for i, s in enumerate(_streams(code2wav, groups, [3] * (MAX_IN_FLIGHT + 1)))]
+    for job in jobs[:MAX_IN_FLIGHT]:
+        decoder.launch([job], [False])
+    events = [_Running() for _ in jobs[:MAX_IN_FLIGHT]]
+    for flight, event in zip(decoder._flights, events):
+        flight.ready = event
+    with pytest.raises(RuntimeError, match="collect first"):
+        decoder.launch([jobs[-1]], [False])
+    # full: the collect waits for the oldest, then takes the finished one behind it and stops at the running third
+    events[1].finished = True
+    assert [job for job, _ in decoder.collect()] == jobs[:2]
+    assert events[0].finished and not events[2].finished
+    decoder.launch([jobs[-1]], [False])
+    assert decoder.holds(jobs[2]) and decoder.holds(jobs[-1]) and not decoder.holds(jobs[0])
+    events[3].finished = True
+    assert decoder.collect() == []  # the third still runs: the fourth waits behind it
+    assert [job for job, _ in decoder.collect(wait=True)] == jobs[2:]  # the fifth ran on the CPU: done at launch
+    assert not decoder.busy
+    assert all(job.stream.decoded_frames == 2 for job in jobs)  # each stream's first chunk (2 of its 3 frames)
