@@ -129,6 +129,10 @@ class SpeechConfig:
     # launch each frame before reading the last one's codes, so the engine's host work overlaps the GPU (fused frame
     # step only): +1 / +2 / +6% audio-s/s at c=1 / 8 / 32 on two H200s (bench/talker/NOTES.md)
     frames_ahead: bool = True
+    # Code2Wav decodes in flight at most: the engine collects each one once it is done instead of waiting for it on
+    # the next iteration, so a long decode (32 streams: ~40 ms) leaves the frames running. 1 (wait for each, the
+    # GPU-validated path) until more is measured on a GPU: CPU-tested only (bench/talker/NOTES.md)
+    decodes_in_flight: int = 1
     temperature: float = 0.9  # talker (codebook 0); 0 is greedy
     top_k: int = 50
     top_p: float = 1.0
@@ -139,7 +143,7 @@ class SpeechConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "max_frames", "max_prompt_tokens", "max_prefill_tokens", "first_chunk_frames",
-                     "chunk_frames", "left_context_frames"):
+                     "chunk_frames", "left_context_frames", "decodes_in_flight"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "use a value >= 1")
         _check(self.max_waiting >= 0, "max_waiting", self.max_waiting, "use a value >= 0 (0: no queue)")
         _check(self.temperature >= 0, "temperature", self.temperature, "use a value >= 0 (0 is greedy)")

@@ -4,9 +4,10 @@ A chunk decode needs the codes of the frame launched just before it, so on one s
 frame and the next, and reading its samples back would hold the engine thread until both were done: the GPU
 then idles while the thread prepares the next frame. Here the side stream waits for the frame on the GPU (not on
 the host), the decode runs beside the next frames, and its samples reach the host through one pinned copy that the
-engine picks up on a later iteration, once its event says the copy is done. Several launches may be in flight (up
-to MAX_IN_FLIGHT): at 32 streams a batch of 25-frame chunks decodes for ~40 ms on the H200, eight frames' time, and
-an engine that waited for it on the next iteration left the frames idle meanwhile. The streaming state (window
+engine picks up on a later iteration, once its event says the copy is done. Several launches may be in flight
+(`max_in_flight`, the config's `speech.decodes_in_flight`): at 32 streams a batch of 25-frame chunks decodes for
+~40 ms on the H200, eight frames' time, and an engine that waits for it on the next iteration leaves the frames
+idle meanwhile. The streaming state (window
 caches, context) is only ever touched by the side stream, so decodes stay in order among themselves, and flights
 are collected in launch order, so each stream's chunks go out in order.
 """
@@ -41,15 +42,14 @@ class _InFlight:
         return self.ready is None or self.ready.query()
 
 
-# Launches in flight at most: one more waits for the oldest. Each holds its chunks' codes and pinned samples.
-MAX_IN_FLIGHT = 4
-
-
 class ChunkDecoder:
     """Batches of chunk decodes in flight, oldest first: `launch` one, `collect` those that are done."""
 
-    def __init__(self, code2wav: Code2Wav) -> None:
+    def __init__(self, code2wav: Code2Wav, max_in_flight: int = 1) -> None:
+        """max_in_flight: launches in flight at most (each holds its chunks' codes and pinned samples); with 1 every
+        collect waits for the one launch, as the engine did before decodes could stay in flight."""
         self.code2wav = code2wav
+        self.max_in_flight = max_in_flight
         device = code2wav.code_offset.device
         self._device = device
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -65,9 +65,9 @@ class ChunkDecoder:
 
     def launch(self, jobs: Sequence[SpeechJob], finals: Sequence[bool]) -> None:
         """Decode every ready chunk of `jobs` (one batched Code2Wav pass per chunk shape); returns without waiting.
-        With MAX_IN_FLIGHT launches in flight already, `collect` must take one first."""
-        if len(self._flights) >= MAX_IN_FLIGHT:
-            raise RuntimeError(f"ChunkDecoder.launch: {MAX_IN_FLIGHT} launches in flight; collect first")
+        With `max_in_flight` launches in flight already, `collect` must take one first."""
+        if len(self._flights) >= self.max_in_flight:
+            raise RuntimeError(f"ChunkDecoder.launch: {self.max_in_flight} launches in flight; collect first")
         t0 = time.perf_counter()
         codes = [list(j.stream.pending) for j in jobs]
         streams = [j.stream for j in jobs]
@@ -87,10 +87,10 @@ class ChunkDecoder:
 
     def collect(self, wait: bool = False) -> list[tuple[SpeechJob, torch.Tensor | None]]:
         """Each job of the finished launches, oldest launch first, with its new host samples (None: no chunk of it
-        ran). Waits for the oldest launch when `wait` is set (the engine has nothing else to do) or when MAX_IN_FLIGHT
+        ran). Waits for the oldest launch when `wait` is set (the engine has nothing else to do) or when `max_in_flight`
         are in flight (so the next launch has room); a launch still running stops the collection (order)."""
         out: list[tuple[SpeechJob, torch.Tensor | None]] = []
-        must_wait = wait or len(self._flights) >= MAX_IN_FLIGHT
+        must_wait = wait or len(self._flights) >= self.max_in_flight
         while self._flights and (self._flights[0].done or must_wait):
             flight = self._flights.popleft()
             t0 = time.perf_counter()

@@ -10,7 +10,8 @@ kept per iteration rather than per row where it can be: one read-back of all the
 each event loop for all its streams' outputs (every `call_soon_threadsafe` wakes the loop, which then contends
 for the GIL with this thread). Code2Wav runs on a side stream beside the next frames (`ChunkDecoder`): a chunk's
 samples go out on the first iteration that finds its decode done, read back once that iteration's frame is on its
-way; the thread waits for a decode only when it has no frame to launch. With
+way (with `speech.decodes_in_flight` 1, the default, the next iteration waits for it; with more, the thread waits
+only when it has no frame to launch or that many decodes are in flight). With
 `speech.frames_ahead` a frame is launched before the last one's codes are read, so the staging of a frame also
 leaves the GPU's path; a row the last frame ends on the codec EOS drops its row of the new one.
 """
@@ -80,7 +81,7 @@ class SpeechEngine:
         self._running: dict[int, SpeechJob] = {}  # holding a row, or flushing its last audio
         self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[SpeechJob, Output]]] = {}  # sent at iteration end
         self._failure: BaseException | None = None
-        self._chunks = ChunkDecoder(runner.model.code2wav)
+        self._chunks = ChunkDecoder(runner.model.code2wav, speech.decodes_in_flight)
         self._thread = threading.Thread(target=self._loop, name="talker-engine", daemon=True)
         self._warmed = threading.Event()
         self._thread.start()

@@ -1,5 +1,5 @@
 """ChunkDecoder: a launch's samples are what decode_streams gives the same streams, collected once; launches queue up
-to MAX_IN_FLIGHT and come back in launch order, a decode still running holding back the ones after it."""
+to `max_in_flight` and come back in launch order, a decode still running holding back the ones after it."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from services.talker.chunk_decoder import MAX_IN_FLIGHT, ChunkDecoder
+from services.talker.chunk_decoder import ChunkDecoder
 from services.talker.job import Sink, SpeechJob
 from services.talker.model.code2wav import Code2Wav
 from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
@@ -85,15 +85,15 @@ class _Running:
 
 def test_flights_come_back_in_launch_order(model: TalkerModel, loop: asyncio.AbstractEventLoop) -> None:
     """A running decode holds back the finished ones launched after it (each stream's chunks go out in order) until
-    it ends or the engine waits for it; with MAX_IN_FLIGHT in flight the next collect waits for the oldest, so the
+    it ends or the engine waits for it; with `max_in_flight` in flight the next collect waits for the oldest, so the
     launch after it has room."""
     code2wav = model.code2wav
     groups = model.cfg.code_predictor.num_code_groups
-    decoder = ChunkDecoder(code2wav)
-    jobs = [_job(i, s, loop) for i, s in enumerate(_streams(code2wav, groups, [3] * (MAX_IN_FLIGHT + 1)))]
-    for job in jobs[:MAX_IN_FLIGHT]:
+    decoder = ChunkDecoder(code2wav, max_in_flight=4)
+    jobs = [_job(i, s, loop) for i, s in enumerate(_streams(code2wav, groups, [3] * 5))]
+    for job in jobs[:4]:
         decoder.launch([job], [False])
-    events = [_Running() for _ in jobs[:MAX_IN_FLIGHT]]
+    events = [_Running() for _ in jobs[:4]]
     for flight, event in zip(decoder._flights, events):
         flight.ready = event
     with pytest.raises(RuntimeError, match="collect first"):
@@ -109,3 +109,15 @@ def test_flights_come_back_in_launch_order(model: TalkerModel, loop: asyncio.Abs
     assert [job for job, _ in decoder.collect(wait=True)] == jobs[2:]  # the fifth ran on the CPU: done at launch
     assert not decoder.busy
     assert all(job.stream.decoded_frames == 2 for job in jobs)  # each stream's first chunk (2 of its 3 frames)
+
+
+def test_one_in_flight_waits_for_each_launch(model: TalkerModel, loop: asyncio.AbstractEventLoop) -> None:
+    """The default: a second launch is refused until a collect, and a collect waits for the running decode."""
+    groups = model.cfg.code_predictor.num_code_groups
+    decoder = ChunkDecoder(model.code2wav)
+    jobs = [_job(i, s, loop) for i, s in enumerate(_streams(model.code2wav, groups, [3, 3]))]
+    decoder.launch([jobs[0]], [False])
+    decoder._flights[0].ready = event = _Running()
+    with pytest.raises(RuntimeError, match="1 launches in flight"):
+        decoder.launch([jobs[1]], [False])
+    assert [job for job, _ in decoder.collect()] == [jobs[0]] and event.finished

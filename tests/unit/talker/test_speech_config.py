@@ -22,6 +22,7 @@ def test_defaults_are_the_models() -> None:
     ("max_rows", 0, ">= 1"), ("max_frames", 0, ">= 1"), ("max_prompt_tokens", 0, ">= 1"),
     ("max_prefill_tokens", 0, ">= 1"),
     ("first_chunk_frames", 0, ">= 1"), ("chunk_frames", -1, ">= 1"), ("left_context_frames", 0, ">= 1"),
+    ("decodes_in_flight", 0, ">= 1"),
     ("temperature", -0.1, "0 is greedy"), ("predictor_temperature", -1.0, "0 is greedy"),
     ("top_k", -1, "0 disables"), ("predictor_top_k", -5, "0 disables"), ("top_p", 0.0, "(0, 1]"),
     ("predictor_top_p", 1.5, "(0, 1]"), ("repetition_penalty", 0.0, "> 0"),

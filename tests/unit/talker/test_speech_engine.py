@@ -40,7 +40,8 @@ def engine(model: TalkerModel, request: pytest.FixtureRequest) -> Iterator[Speec
     """The runner paths: the reference loop; the fast frame (its graph buffers run eagerly on CPU) whose codes the
     engine reads one iteration later; and the fast frame launched before the last one's codes are read."""
     runner = TalkerRunner(model, SPEECH.max_rows, 16 + 10 + FRAMES, fast=request.param != "reference")
-    speech = dataclasses.replace(SPEECH, frames_ahead=request.param == "ahead")
+    speech = dataclasses.replace(SPEECH, frames_ahead=request.param == "ahead",
+                                 decodes_in_flight=3 if request.param == "ahead" else 1)
     eng = SpeechEngine(runner, speech, EOS, Metrics("talker", "t"))
     yield eng
     eng.close()
