@@ -4,16 +4,22 @@ work (the per-row Python, the small torch calls that would be launches on the GP
 
 The queue mimics one CUDA stream: a launch returns at once and the work finishes `seconds` after the previous work
 did (or after the launch, if the device was idle); the points where the host waits on the GPU (the frame's codes
-in `settle`, a chunk's samples in `SpeechJob.audio`, a prefill's first codes) sleep until then.
+in `settle`, a prefill's first codes) sleep until then. Code2Wav runs on a second queue, the ChunkDecoder's side
+stream: each decode starts once the frames launched before it are done, and the engine's collect waits for its
+event (`paced_decoder`). The two queues do not slow each other down, as a real GPU's shared SMs would: decodes in
+flight beside frames are modelled at their best.
 """
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from services.talker.chunk_decoder import ChunkDecoder
+from services.talker.job import SpeechJob
 from services.talker.model.code2wav import Code2Wav, StreamStep
 from services.talker.model.frame_step import FrameInputs, FrameOutputs, FrameStep, Mode
 from services.talker.model.generate import TalkerRunner
@@ -44,9 +50,10 @@ class DeviceQueue:
         self.idle_at = 0.0
         self.busy_s = 0.0  # device time launched in all
 
-    def launch(self, seconds: float) -> float:
-        """Queue `seconds` of work; returns when it will be done (perf_counter time)."""
-        self.idle_at = max(time.perf_counter(), self.idle_at) + seconds
+    def launch(self, seconds: float, after: float = 0.0) -> float:
+        """Queue `seconds` of work that starts no earlier than `after` (another queue's work it waits for); returns
+        when it will be done (perf_counter time)."""
+        self.idle_at = max(time.perf_counter(), self.idle_at, after) + seconds
         self.busy_s += seconds
         return self.idle_at
 
@@ -96,11 +103,13 @@ class PacedPrefill:
 
 
 class PacedCode2Wav:
-    """Replaces Code2Wav.stream_step (the graphs' eager body): right-shaped outputs (silence) after a chunk's device
-    time. It waits, as the chunk's samples are copied to the host right after the call."""
+    """Replaces Code2Wav.stream_step (the graphs' eager body): right-shaped outputs (silence), the chunk's device time
+    queued on `side` behind the frames launched on `main` so far (the side stream's wait for them)."""
 
-    def __init__(self, model: Code2Wav, queue: DeviceQueue, chunk_ms: dict[int, float], chunk_frames: int) -> None:
-        self.model, self.queue, self.chunk_ms, self.chunk_frames = model, queue, chunk_ms, chunk_frames
+    def __init__(self, model: Code2Wav, main: DeviceQueue, side: DeviceQueue, chunk_ms: dict[int, float],
+                 chunk_frames: int) -> None:
+        self.model, self.main, self.side = model, main, side
+        self.chunk_ms, self.chunk_frames = chunk_ms, chunk_frames
         self._outputs: dict[tuple[int, ...], StreamStep] = {}  # per call shape: made once, so they cost no host time
 
     def __call__(self, codes: torch.Tensor, past: torch.Tensor, past_valid: torch.Tensor,
@@ -109,7 +118,7 @@ class PacedCode2Wav:
         total = frames + (0 if context is None else context.shape[1])
         # the table holds full chunks; a first (short) chunk costs less, though not in proportion (launch-bound)
         seconds = interpolate(self.chunk_ms, rows) / 1e3 * (0.3 + 0.7 * min(frames / self.chunk_frames, 1.0))
-        self.queue.wait(self.queue.launch(seconds))
+        self.side.launch(seconds, after=self.main.idle_at)
         out = self._outputs.get((rows, total, *past.shape))
         if out is None:
             out = self._outputs[(rows, total, *past.shape)] = StreamStep(
@@ -124,7 +133,33 @@ class PacedTalker:
 
     runner: TalkerRunner
     queue: DeviceQueue
+    side: DeviceQueue  # Code2Wav's
     frame: PacedFrame
+
+
+class PacedEvent:
+    """A CUDA event's two calls for work that ends at `done_at` on a simulated queue."""
+
+    def __init__(self, done_at: float) -> None:
+        self.done_at = done_at
+
+    def query(self) -> bool:
+        return time.perf_counter() >= self.done_at
+
+    def synchronize(self) -> None:
+        DeviceQueue.wait(self.done_at)
+
+
+def paced_decoder(decoder: ChunkDecoder, side: DeviceQueue) -> None:
+    """Gives each of the engine's ChunkDecoder launches (computed at once on the CPU) the event of its decode on the
+    side queue, so its collect finds it running or waits for it as on the GPU."""
+    launch = decoder.launch
+
+    def launch_paced(jobs: Sequence[SpeechJob], finals: Sequence[bool]) -> None:
+        launch(jobs, finals)
+        decoder._flights[-1].ready = PacedEvent(side.idle_at)  # type: ignore[assignment]
+
+    decoder.launch = launch_paced  # type: ignore[method-assign]
 
 
 def paced_runner(model: TalkerModel, rows: int, max_frames: int, prompt_tokens: int, chunk_frames: int,
@@ -148,5 +183,6 @@ def paced_runner(model: TalkerModel, rows: int, max_frames: int, prompt_tokens: 
     runner.settle = settle_after_frame  # type: ignore[method-assign]
     runner.prefills.run = PacedPrefill(queue, PREFILL_MS, model.cfg.lm.hidden_size)  # type: ignore[method-assign]
     model.code2wav.enable_cuda_graphs(rows, capture=False)  # the production call shapes and copies, run eagerly
-    model.code2wav.stream_step = PacedCode2Wav(model.code2wav, queue, CODE2WAV_MS, chunk_frames)
-    return PacedTalker(runner, queue, frame)
+    side = DeviceQueue()
+    model.code2wav.stream_step = PacedCode2Wav(model.code2wav, queue, side, CODE2WAV_MS, chunk_frames)
+    return PacedTalker(runner, queue, side, frame)

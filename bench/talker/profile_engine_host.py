@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 import torch  # noqa: E402
 
 from bench.talker.engine_phases import Phases, instrument, undo  # noqa: E402
-from bench.talker.paced_talker import DeviceQueue, paced_runner  # noqa: E402
+from bench.talker.paced_talker import PacedTalker, paced_decoder, paced_runner  # noqa: E402
 from runtime.checkpoint import token_ids as T  # noqa: E402
 from runtime.config import SpeechConfig  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
@@ -70,6 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="runs per row count; the report holds each number's minimum (the least disturbed run's)")
     p.add_argument("--greedy", action="store_true", help="greedy requests (default: the model's seeded sampling)")
     p.add_argument("--frames-ahead", action="store_true", help="speech.frames_ahead: launch before reading codes")
+    p.add_argument("--decodes-in-flight", type=int, default=1, help="speech.decodes_in_flight: Code2Wav decodes "
+                   "left running while frames go on")
     p.add_argument("--frame-ms", type=float, default=None, help="CPU: paced frame time (default: the H200's)")
     p.add_argument("--count-ops", action="store_true",
                    help="count the engine thread's torch calls (a TorchFunctionMode; slows the run, skews its times)")
@@ -93,11 +95,11 @@ class Setup:
 
             self.model = random_model(parse_talker_config(real_config()), str(self.device), torch.bfloat16)
 
-    def runner(self, rows: int, speech: SpeechConfig) -> tuple[TalkerRunner, DeviceQueue | None]:
+    def runner(self, rows: int, speech: SpeechConfig) -> tuple[TalkerRunner, PacedTalker | None]:
         if self.paced:
             talker = paced_runner(self.model, rows, self.args.frames, len(PROMPT), speech.chunk_frames,
                                   self.args.frame_ms)
-            return talker.runner, talker.queue
+            return talker.runner, talker
         capacity = len(PROMPT) + ASSISTANT_PREAMBLE + self.args.frames + 1
         runner = TalkerRunner(self.model, rows, capacity, fast=True, cuda_graphs=True)
         runner.capture_graphs()
@@ -167,9 +169,12 @@ def measure(setup: Setup, rows: int) -> list[dict[str, Any]]:
     """`--repeat` runs of `rows` requests on one engine; one result per run."""
     args, model = setup.args, setup.model
     speech = SpeechConfig(max_rows=rows, max_frames=args.frames, max_prompt_tokens=len(PROMPT),
-                          frames_ahead=args.frames_ahead)
-    runner, queue = setup.runner(rows, speech)
+                          frames_ahead=args.frames_ahead, decodes_in_flight=args.decodes_in_flight)
+    runner, paced = setup.runner(rows, speech)
     engine = SpeechEngine(runner, speech, frozenset({T.IM_END}))  # warms up before serving
+    if paced is not None:
+        paced_decoder(engine._chunks, paced.side)
+    queue = paced.queue if paced is not None else None
     phases = Phases(time.thread_time if setup.paced else time.perf_counter, args.count_ops, args.profile is not None)
     probe = LaunchProbe(runner, phases)
     restore = instrument(runner, phases)
@@ -205,6 +210,7 @@ def summarize(rows: int, args: argparse.Namespace, phases: Phases, probe: Launch
     engine = per_iter(sum(phases.seconds.values()))
     result: dict[str, Any] = {
         "rows": rows, "frames_per_request": args.frames, "sampling": "greedy" if args.greedy else "seeded",
+        "frames_ahead": args.frames_ahead, "decodes_in_flight": args.decodes_in_flight,
         "device": args.device, "clock": "thread CPU" if device_busy is not None else "wall",
         "iterations": iterations, "launches": probe.launches, "audio_s_per_s": frames / FRAMES_PER_SECOND / wall,
         "wall_us_per_iter": per_iter(wall), "engine_us_per_iter": engine,

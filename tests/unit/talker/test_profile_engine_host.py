@@ -21,3 +21,13 @@ def test_tiny_run_reports_every_phase(demo_ckpt: Path, tmp_path: Path) -> None:
         assert r["device_busy_us_per_iter"] > 0 and r["engine_us_per_iter"] > r["engine_less_bulk_us_per_iter"]
         assert r["torch_calls_per_iter"] > r["pre_launch_torch_calls_per_frame"] > 0
     assert SpeechEngine.__dict__["_iterate"] is iterate  # the phase timers are taken off again
+
+
+def test_decodes_left_in_flight_run_to_the_end(demo_ckpt: Path, tmp_path: Path) -> None:
+    """Frames ahead with Code2Wav decodes left running on the paced side queue: every request's audio comes out."""
+    out = tmp_path / "host.json"
+    main(["--model", str(demo_ckpt), "--rows", "2", "--frames", "12", "--repeat", "1", "--frames-ahead",
+          "--decodes-in-flight", "3", "--out", str(out)])
+    (r,) = json.loads(out.read_text())
+    assert r["frames_ahead"] and r["decodes_in_flight"] == 3
+    assert r["audio_s_per_s"] > 0 and r["phases_us_per_iter"]["decode_streams"] > 0
