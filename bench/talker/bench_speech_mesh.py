@@ -198,6 +198,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--frames-ahead", choices=("off", "on", "both"), default="on",
                    help="talker speech.frames_ahead (launch each frame before reading the last one's codes; on by "
                         "default); both: a mesh without it, then one with it, on the same checkpoint")
+    p.add_argument("--decodes-in-flight", type=int, default=None,
+                   help="talker speech.decodes_in_flight: Code2Wav decodes left running while frames go on "
+                        "(default: the config's)")
     p.add_argument("--log-level", default="INFO",
                    help="the mesh's; DEBUG adds the talker's first-audio timeline of every request to the mesh log")
     p.add_argument("--hf-requests", type=int, default=0,
@@ -218,6 +221,8 @@ def mesh_stages(args: argparse.Namespace, frames_ahead: bool) -> tuple[dict[str,
         thinker["engine"] = {"kv_cache_bytes": int(args.thinker_kv_gib * 2**30)}
     talker = {"device": args.talker_device, "dtype": args.dtype,
               "speech": {"max_frames": args.max_frames, "frames_ahead": frames_ahead}}
+    if args.decodes_in_flight is not None:
+        talker["speech"]["decodes_in_flight"] = args.decodes_in_flight
     return thinker, {"talker": talker}
 
 

@@ -145,6 +145,9 @@ def test_stage_devices_and_frame_cap_follow_the_flags() -> None:
     assert thinker == {"device": "cuda:0", "dtype": "float32", "engine": {"kv_cache_bytes": 8 << 30}}
     assert stages["talker"]["speech"]["frames_ahead"] is False
     assert mesh_stages(args, True)[1]["talker"]["speech"]["frames_ahead"] is True
+    assert "decodes_in_flight" not in stages["talker"]["speech"]  # the config's default
+    args.decodes_in_flight = 4
+    assert mesh_stages(args, False)[1]["talker"]["speech"]["decodes_in_flight"] == 4
     assert stages["talker"]["device"] == "cuda:1"
     assert stages["talker"]["speech"]["max_frames"] == RANDOM_WEIGHTS_MAX_FRAMES  # random weights never stop by EOS
     args = parse_args(["--device", "cuda", "--out", "x.json"])
