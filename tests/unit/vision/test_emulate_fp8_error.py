@@ -20,3 +20,16 @@ def test_tiny_run_measures_each_set_of_fp8_linears(tmp_path: Path) -> None:
     assert set(errors) == {"qkv", "proj", "fc1", "fc2", "qkv+proj+fc1+fc2"}
     assert all(e > 0 for e in errors.values())
     assert errors["qkv+proj+fc1+fc2"] > max(errors[k] for k in ("qkv", "proj", "fc1", "fc2"))
+
+
+def test_block_scales_round_trip_each_tile_on_its_own() -> None:
+    """A 1 x 128 piece holding a large value does not coarsen the next piece's rounding (a whole-row scale would)."""
+    import torch
+
+    from bench.vision.emulate_fp8_error import round_trip
+
+    x = torch.full((2, 256), 0.01)
+    x[:, 0] = 1000.0
+    assert torch.equal(round_trip(x, 1, 128)[:, 128:], round_trip(x[:, 128:]))  # its own scale: as a row alone
+    assert not torch.equal(round_trip(x)[:, 128:], round_trip(x[:, 128:]))
+    assert round_trip(torch.randn(200, 300), 128, 128).shape == (200, 300)  # edge tiles padded and cut back
