@@ -2,8 +2,8 @@
 
 Each level's measured phase runs until at least 10 x c requests have finished and 30 s have passed (benchmarks.md),
 and its throughput is taken over that phase, while all c streams are busy. Per level: audio seconds produced per
-wall second, time to first audio (p50/p99), real-time factor per request,
-and streaming viability (share of chunks that arrived before the previous one would have finished playing).
+wall second, time to first audio (p50/p99), real-time factor per request, and streaming viability (share of chunks
+that arrived before the previous one would have finished playing).
 `--tiny` runs the demo checkpoint on CPU (a smoke test); `--model DIR` any checkpoint on the configured devices;
 `--random-weights` the released dims with random weights, written as a checkpoint first (no real checkpoint needed):
 
