@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.transfer import to_device
+
 
 @dataclass
 class AttentionContext:
@@ -64,11 +66,13 @@ def build_attention_context(
     cu = [0]
     for q_len in q_lens:
         cu.append(cu[-1] + q_len)
+    device = torch.device(device)
+    # through pinned memory: a pageable upload would wait for the step an engine running ahead has in flight
     return AttentionContext(
-        cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
-        kv_lens=torch.tensor(kv_lens, dtype=torch.int32, device=device),
-        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-        block_tables=torch.tensor(padded, dtype=torch.int32, device=device).reshape(len(q_lens), max_blocks),
+        cu_seqlens_q=to_device(torch.tensor(cu, dtype=torch.int32), device),
+        kv_lens=to_device(torch.tensor(kv_lens, dtype=torch.int32), device),
+        slot_mapping=to_device(torch.tensor(slots, dtype=torch.int64), device),
+        block_tables=to_device(torch.tensor(padded, dtype=torch.int32), device).reshape(len(q_lens), max_blocks),
         block_size=block_size,
         q_lens_host=list(q_lens),
         kv_lens_host=list(kv_lens),

@@ -84,30 +84,28 @@ class ThinkerRunner:
             logits = self._run_graph(batch, packed, pending)
             if logits is not None:
                 return logits
-        ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
+        ids = to_device(torch.tensor(packed.token_ids, dtype=torch.long), self.device)
         self._fill_pending(ids, packed, pending)
         x = self.model.embed(ids)  # [T, H], one embedding call for every row
         if packed.media_rows:
-            rows = torch.tensor(packed.media_rows, dtype=torch.long, device=self.device)
-            x[rows] = torch.stack(packed.media_values).to(self.device, x.dtype)
+            rows = to_device(torch.tensor(packed.media_rows, dtype=torch.long), self.device)
+            x[rows] = to_device(torch.stack(packed.media_values), self.device, x.dtype)
         deepstack = None
         if packed.visual_rows:
             deepstack = DeepstackInput(
-                row_index=torch.tensor(packed.visual_rows, dtype=torch.long, device=self.device),
-                features=[torch.stack(level).to(self.device, x.dtype) for level in packed.visual_values])
+                row_index=to_device(torch.tensor(packed.visual_rows, dtype=torch.long), self.device),
+                features=[to_device(torch.stack(level), self.device, x.dtype) for level in packed.visual_values])
         ctx = build_attention_context(
             q_lens=[r.num_tokens for r in batch.rows],
             kv_lens=[r.seq.num_computed_tokens + r.num_tokens for r in batch.rows],
             block_tables=[r.seq.block_table for r in batch.rows],
             block_size=self.block_size, device=self.device)
-        positions = torch.cat(packed.positions, dim=1).to(self.device)  # [3, T]
+        positions = to_device(torch.cat(packed.positions, dim=1), self.device)  # [3, T]
         capture_layer = self.model.cfg.accept_hidden_layer if packed.capture else None
         out = self.model(x, positions, ctx, self.kv_caches, deepstack=deepstack, capture_layer=capture_layer)
         for request, prompt_index, row in packed.capture:
             request.talker_states[prompt_index] = out.captured[row].float().cpu()
-        ends = torch.cumsum(torch.tensor([r.num_tokens for r in batch.rows]), 0) - 1
-        last = [int(ends[i]) for i, r in enumerate(batch.rows) if r.samples]
-        return self.model.compute_logits(out.hidden[last])
+        return self.model.compute_logits(out.hidden[self._sampling_rows(batch, out.hidden.device)])
 
     def _run_graph(self, batch: ScheduledBatch, packed: _Packed, pending: PendingTokens | None) -> torch.Tensor | None:
         """A text-only step whose shape fits a captured graph: static inputs, replay, logits. None: run eagerly."""
@@ -124,9 +122,14 @@ class ThinkerRunner:
         hidden = self.graphs.execute(graph)[:len(packed.token_ids)]  # [T, H]
         if all(r.samples for r in batch.rows) and len(packed.token_ids) == len(batch.rows):
             return self.model.compute_logits(hidden)  # decode: every row samples
-        ends = torch.cumsum(torch.tensor(q_lens), 0) - 1
+        return self.model.compute_logits(hidden[self._sampling_rows(batch, hidden.device)])
+
+    @staticmethod
+    def _sampling_rows(batch: ScheduledBatch, device: torch.device) -> torch.Tensor:
+        """The packed row of each sampling row's last token, on `device` (through pinned memory)."""
+        ends = torch.cumsum(torch.tensor([r.num_tokens for r in batch.rows]), 0) - 1
         last = [int(ends[i]) for i, r in enumerate(batch.rows) if r.samples]
-        return self.model.compute_logits(hidden[to_device(torch.tensor(last, dtype=torch.long), hidden.device)])
+        return to_device(torch.tensor(last, dtype=torch.long), device)
 
     def _fill_pending(self, ids: torch.Tensor, packed: _Packed, pending: PendingTokens | None) -> None:
         """Writes the tokens still being drawn into `ids` (on the device, after the step that draws them)."""
