@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -39,6 +40,7 @@ from bench.thinker.gateway_loop import Mesh  # noqa: E402
 from bench.thinker.workload import percentile  # noqa: E402
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
+from runtime.config import SpeechConfig  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 
 SAMPLE_RATE = 24_000
@@ -198,9 +200,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--frames-ahead", choices=("off", "on", "both"), default="on",
                    help="talker speech.frames_ahead (launch each frame before reading the last one's codes; on by "
                         "default); both: a mesh without it, then one with it, on the same checkpoint")
-    p.add_argument("--decodes-in-flight", type=int, default=None,
+    p.add_argument("--decodes-in-flight", type=int, nargs="+", default=[None],
                    help="talker speech.decodes_in_flight: Code2Wav decodes left running while frames go on "
-                        "(default: the config's)")
+                        "(default: the config's); several values: a mesh each, on the same checkpoint")
     p.add_argument("--log-level", default="INFO",
                    help="the mesh's; DEBUG adds the talker's first-audio timeline of every request to the mesh log")
     p.add_argument("--hf-requests", type=int, default=0,
@@ -214,15 +216,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def mesh_stages(args: argparse.Namespace, frames_ahead: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def mesh_stages(args: argparse.Namespace, frames_ahead: bool,
+                decodes_in_flight: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(thinker section, other sections) of the mesh config."""
     thinker: dict[str, Any] = {"device": args.device, "dtype": args.dtype}
     if args.thinker_kv_gib:
         thinker["engine"] = {"kv_cache_bytes": int(args.thinker_kv_gib * 2**30)}
     talker = {"device": args.talker_device, "dtype": args.dtype,
               "speech": {"max_frames": args.max_frames, "frames_ahead": frames_ahead}}
-    if args.decodes_in_flight is not None:
-        talker["speech"]["decodes_in_flight"] = args.decodes_in_flight
+    if decodes_in_flight is not None:
+        talker["speech"]["decodes_in_flight"] = decodes_in_flight
     return thinker, {"talker": talker}
 
 
@@ -236,9 +239,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     levels = []
     try:
         with open(mesh_log, "w") as log:
-            for frames_ahead in {"off": [False], "on": [True], "both": [False, True]}[args.frames_ahead]:
-                thinker, stages = mesh_stages(args, frames_ahead)
-                (run_dir := workdir / f"frames-ahead-{frames_ahead}").mkdir()
+            for frames_ahead, in_flight in itertools.product(
+                    {"off": [False], "on": [True], "both": [False, True]}[args.frames_ahead], args.decodes_in_flight):
+                thinker, stages = mesh_stages(args, frames_ahead, in_flight)
+                (run_dir := workdir / f"frames-ahead-{frames_ahead}-decodes-{in_flight}").mkdir()
                 mesh = Mesh(model_dir, thinker, run_dir, log, ready_timeout_s=900, stages=stages,
                             log_level=args.log_level)
                 try:
@@ -246,7 +250,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         phase = Phase(args.measured or (2 if args.tiny else 10) * c, args.min_seconds)
                         records = asyncio.run(closed_loop(mesh.address, c, args.warmup, phase, args.text_tokens,
                                                           args.voice))
-                        levels.append(summarize(records, phase, c, frames_ahead))
+                        levels.append({**summarize(records, phase, c, frames_ahead),
+                                       "decodes_in_flight": in_flight or SpeechConfig.decodes_in_flight})
                         print(json.dumps({k: v for k, v in levels[-1].items() if k != "raw"}), flush=True)
                 finally:
                     mesh.stop()
