@@ -133,6 +133,9 @@ class SpeechConfig:
     # the next iteration, so a long decode (32 streams: ~40 ms) leaves the frames running. 1 (wait for each, the
     # GPU-validated path) until more is measured on a GPU: CPU-tested only (bench/talker/NOTES.md)
     decodes_in_flight: int = 1
+    # the engine's frames on a high-priority CUDA stream, Code2Wav on a default-priority one: decodes in flight then
+    # fill the SMs the frames leave idle instead of slowing them. Off until measured on a GPU (bench/talker/NOTES.md)
+    prioritize_frames: bool = False
     temperature: float = 0.9  # talker (codebook 0); 0 is greedy
     top_k: int = 50
     top_p: float = 1.0

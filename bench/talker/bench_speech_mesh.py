@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import platform
@@ -23,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,6 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 
 import grpc  # noqa: E402
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 from bench.talker.random_checkpoint import (checkpoint_bytes, real_speech_config,  # noqa: E402
                                             write_random_speech_checkpoint)
@@ -40,7 +40,7 @@ from bench.thinker.gateway_loop import Mesh  # noqa: E402
 from bench.thinker.workload import percentile  # noqa: E402
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
-from runtime.config import SpeechConfig  # noqa: E402
+from runtime.config import SpeechConfig, from_dict  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 
 SAMPLE_RATE = 24_000
@@ -123,7 +123,7 @@ async def closed_loop(address: str, concurrency: int, warmup: int, phase: Phase,
     return records
 
 
-def summarize(records: list[SpeechRecord], phase: Phase, concurrency: int, frames_ahead: bool) -> dict[str, Any]:
+def summarize(records: list[SpeechRecord], phase: Phase, concurrency: int) -> dict[str, Any]:
     """Audio seconds per second over the phase's window (chunks that arrived in it, from any request); latencies
     and real-time factors over the measured requests, each to its end (those still running at the stop included)."""
     done = [r for r in records if r.measured and r.end is not None and r.chunks]
@@ -132,7 +132,7 @@ def summarize(records: list[SpeechRecord], phase: Phase, concurrency: int, frame
     ttfa = [r.chunks[0][0] - r.start for r in done]
     rtf = [(r.end - r.start) / r.audio_seconds for r in done if r.audio_seconds > 0]
     viable = [v for r in done if (v := r.viable_share()) is not None]
-    return {"concurrency": concurrency, "frames_ahead": frames_ahead, "requests": len(done), "window_s": t1 - t0,
+    return {"concurrency": concurrency, "requests": len(done), "window_s": t1 - t0,
             "audio_s_per_s": audio / (t1 - t0), "ttfa_ms_p50": percentile(ttfa, 50) * 1e3,
             "ttfa_ms_p99": percentile(ttfa, 99) * 1e3, "rtf_p50": percentile(rtf, 50),
             "streaming_viability": sum(viable) / len(viable) if viable else None,
@@ -197,12 +197,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--min-seconds", type=float, default=30.0,
                    help="the measured phase lasts at least this long (0 with --tiny)")
     p.add_argument("--voice", default="ethan")
-    p.add_argument("--frames-ahead", choices=("off", "on", "both"), default="on",
-                   help="talker speech.frames_ahead (launch each frame before reading the last one's codes; on by "
-                        "default); both: a mesh without it, then one with it, on the same checkpoint")
-    p.add_argument("--decodes-in-flight", type=int, nargs="+", default=[None],
-                   help="talker speech.decodes_in_flight: Code2Wav decodes left running while frames go on "
-                        "(default: the config's); several values: a mesh each, on the same checkpoint")
+    p.add_argument("--speech", nargs="+", type=speech_variant, default=[{}], metavar="KEY=VALUE[,KEY=VALUE]",
+                   help="the talker's speech settings (the config's defaults where unset); several: a mesh each, on "
+                        "the same checkpoint, e.g. --speech decodes_in_flight=1 decodes_in_flight=4,"
+                        "prioritize_frames=true")
     p.add_argument("--log-level", default="INFO",
                    help="the mesh's; DEBUG adds the talker's first-audio timeline of every request to the mesh log")
     p.add_argument("--hf-requests", type=int, default=0,
@@ -216,16 +214,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def mesh_stages(args: argparse.Namespace, frames_ahead: bool,
-                decodes_in_flight: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(thinker section, other sections) of the mesh config."""
+def speech_variant(text: str) -> dict[str, Any]:
+    """'key=value,key=value' -> the talker speech settings it names (SpeechConfig fields, values read as YAML)."""
+    pairs = [item.partition("=") for item in filter(None, text.split(","))]
+    if any(not sep for _, sep, _ in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r}: use KEY=VALUE[,KEY=VALUE]")
+    variant = {key: yaml.safe_load(value) for key, _, value in pairs}
+    try:
+        from_dict(SpeechConfig, variant, "talker.speech.")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return variant
+
+
+def mesh_stages(args: argparse.Namespace, speech: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(thinker section, other sections) of the mesh config; `speech`: the talker's settings past the frame cap."""
     thinker: dict[str, Any] = {"device": args.device, "dtype": args.dtype}
     if args.thinker_kv_gib:
         thinker["engine"] = {"kv_cache_bytes": int(args.thinker_kv_gib * 2**30)}
-    talker = {"device": args.talker_device, "dtype": args.dtype,
-              "speech": {"max_frames": args.max_frames, "frames_ahead": frames_ahead}}
-    if decodes_in_flight is not None:
-        talker["speech"]["decodes_in_flight"] = decodes_in_flight
+    talker = {"device": args.talker_device, "dtype": args.dtype, "speech": {"max_frames": args.max_frames, **speech}}
     return thinker, {"talker": talker}
 
 
@@ -239,10 +246,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     levels = []
     try:
         with open(mesh_log, "w") as log:
-            for frames_ahead, in_flight in itertools.product(
-                    {"off": [False], "on": [True], "both": [False, True]}[args.frames_ahead], args.decodes_in_flight):
-                thinker, stages = mesh_stages(args, frames_ahead, in_flight)
-                (run_dir := workdir / f"frames-ahead-{frames_ahead}-decodes-{in_flight}").mkdir()
+            for index, speech in enumerate(args.speech):
+                thinker, stages = mesh_stages(args, speech)
+                (run_dir := workdir / f"mesh-{index}").mkdir()
                 mesh = Mesh(model_dir, thinker, run_dir, log, ready_timeout_s=900, stages=stages,
                             log_level=args.log_level)
                 try:
@@ -250,8 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         phase = Phase(args.measured or (2 if args.tiny else 10) * c, args.min_seconds)
                         records = asyncio.run(closed_loop(mesh.address, c, args.warmup, phase, args.text_tokens,
                                                           args.voice))
-                        levels.append({**summarize(records, phase, c, frames_ahead),
-                                       "decodes_in_flight": in_flight or SpeechConfig.decodes_in_flight})
+                        levels.append({**summarize(records, phase, c), "speech": speech})
                         print(json.dumps({k: v for k, v in levels[-1].items() if k != "raw"}), flush=True)
                 finally:
                     mesh.stop()
@@ -266,6 +271,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "flags": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "model": "random (std 0.02)" if checkpoint else args.model or "demo", "dtype": args.dtype,
               "max_frames": args.max_frames, "text_tokens": args.text_tokens, "mesh_log": str(mesh_log),
+              "speech_defaults": asdict(SpeechConfig()),
               "levels": levels}
     if checkpoint:
         result["checkpoint"] = {"bytes": checkpoint.bytes, "write_s": checkpoint.write_s,

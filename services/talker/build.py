@@ -9,7 +9,7 @@ import torch
 
 from omnimesh.v1 import common_pb2, talker_pb2_grpc
 from runtime.build_info import build_string
-from runtime.config import MeshConfig
+from runtime.config import MeshConfig, SpeechConfig
 from runtime.server import StageServer
 from runtime.stage_device import stage_device
 from runtime.tokenizer import Tokenizer
@@ -33,10 +33,21 @@ def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer)
     speech = stage.speech
     device = stage_device(stage.device)
     model = load_talker_model(model_dir, device=device, dtype=getattr(torch, stage.dtype))
+    runner = build_runner(model, speech)
+    thinker_eos = frozenset(Tokenizer.from_dir(model_dir).eos_token_ids) | {model.cfg.thinker_eos}
+    engine = SpeechEngine(runner, speech, thinker_eos, server.metrics)
+    log.info("talker: %d rows x %d positions, frames per chunk %d then %d (context %d), voices %s, on %s %s",
+             speech.max_rows, runner.kv.capacity, speech.first_chunk_frames, speech.chunk_frames,
+             speech.left_context_frames, voice_names(model.cfg), device, stage.dtype)
+    return TalkerService(engine, server.metrics, speech.max_rows + speech.max_waiting), model
+
+
+def build_runner(model: TalkerModel, speech: SpeechConfig) -> TalkerRunner:
+    """The talker's runner on `model` with its graphs captured (frames, prefill, Code2Wav chunks) where they apply."""
     # a slot holds the user turns, the assistant preamble and one position per frame (the last one unused)
     capacity = speech.max_prompt_tokens + ASSISTANT_PREAMBLE + speech.max_frames + 1
     # the fused frame step needs the Triton kernels (CUDA, half precision); elsewhere the reference loop runs
-    fast = speech.cuda_graphs and device.type == "cuda" and model.dtype in (torch.bfloat16, torch.float16)
+    fast = speech.cuda_graphs and model.device.type == "cuda" and model.dtype in (torch.bfloat16, torch.float16)
     model.lm.use_grouped_mm(fast)  # grouped GEMMs instead of a loop over experts: no host sync, so capturable
     runner = TalkerRunner(model, speech.max_rows, capacity, fast=fast, cuda_graphs=fast,
                           prefill_tokens=speech.max_prefill_tokens)
@@ -45,15 +56,10 @@ def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer)
     if speech.left_context_frames < receptive:
         log.warning("talker: left_context_frames=%d is below Code2Wav's receptive field of %d frames: chunk "
                     "boundaries will differ slightly from a full decode", speech.left_context_frames, receptive)
-    if speech.cuda_graphs and device.type == "cuda":  # streamed Code2Wav chunks replay graphs captured now
+    if speech.cuda_graphs and model.device.type == "cuda":  # streamed Code2Wav chunks replay graphs captured now
         model.code2wav.enable_cuda_graphs(speech.max_rows).warm_up(speech.first_chunk_frames, speech.chunk_frames,
                                                                    speech.left_context_frames)  # fmt: skip
-    thinker_eos = frozenset(Tokenizer.from_dir(model_dir).eos_token_ids) | {model.cfg.thinker_eos}
-    engine = SpeechEngine(runner, speech, thinker_eos, server.metrics)
-    log.info("talker: %d rows x %d positions, frames per chunk %d then %d (context %d), voices %s, on %s %s",
-             speech.max_rows, capacity, speech.first_chunk_frames, speech.chunk_frames, speech.left_context_frames,
-             voice_names(model.cfg), device, stage.dtype)
-    return TalkerService(engine, server.metrics, speech.max_rows + speech.max_waiting), model
+    return runner
 
 
 def stage_info(mesh: MeshConfig, server: StageServer, model: TalkerModel) -> common_pb2.StageInfo:

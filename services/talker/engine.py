@@ -18,6 +18,7 @@ leaves the GPU's path; a row the last frame ends on the codec EOS drops its row 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import queue
@@ -124,6 +125,21 @@ class SpeechEngine:
     # --- the engine thread -------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        with self._frame_stream():
+            self._run()
+
+    def _frame_stream(self) -> contextlib.AbstractContextManager:
+        """The thread's CUDA stream: with `speech.prioritize_frames`, one of the device's highest priority, so that
+        when Code2Wav decodes run beside the frames (on the decoder's default-priority side stream) the GPU's block
+        scheduler starts a frame's blocks before theirs and the decodes fill the SMs a small frame leaves idle."""
+        device = self.runner.model.code2wav.code_offset.device
+        if device.type != "cuda" or not self.speech.prioritize_frames:
+            return contextlib.nullcontext()
+        stream = torch.cuda.Stream(device, priority=-(1 << 10))  # torch maps it to the highest the device has
+        stream.wait_stream(torch.cuda.current_stream(device))  # the weights and buffers the service set up
+        return torch.cuda.stream(stream)
+
+    def _run(self) -> None:
         try:
             # on this thread, so its per-thread library state (and whatever else first calls pay) is set up before a
             # request waits on it

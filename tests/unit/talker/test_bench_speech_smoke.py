@@ -13,15 +13,15 @@ def test_viability_counts_chunks_that_arrive_before_the_audio_runs_out() -> None
 
 
 def test_tiny_run_writes_every_level(demo_ckpt: Path, tmp_path: Path) -> None:
-    """A mesh per talker variant (frames ahead off/on x decodes in flight 1/3), every concurrency, each phase at
-    least 2 x c measured requests (--tiny)."""
+    """A mesh per talker variant, every concurrency, each phase at least 2 x c measured requests (--tiny)."""
     out = tmp_path / "speech.json"
-    main(["--tiny", "--model", str(demo_ckpt), "--out", str(out), "--hf-requests", "1", "--frames-ahead", "both",
-          "--decodes-in-flight", "1", "3"])
+    main(["--tiny", "--model", str(demo_ckpt), "--out", str(out), "--hf-requests", "1",
+          "--speech", "frames_ahead=false", "decodes_in_flight=3,prioritize_frames=true"])
     result = json.loads(out.read_text())
     assert result["transformers"]["requests"] == 1 and result["c1_audio_s_per_s_over_transformers"] > 0
-    assert [(lv["frames_ahead"], lv["decodes_in_flight"], lv["concurrency"]) for lv in result["levels"]] == [
-        (ahead, in_flight, c) for ahead in (False, True) for in_flight in (1, 3) for c in (1, 2)]
+    variants = [{"frames_ahead": False}, {"decodes_in_flight": 3, "prioritize_frames": True}]
+    assert [(lv["speech"], lv["concurrency"]) for lv in result["levels"]] == [(v, c) for v in variants for c in (1, 2)]
+    assert result["speech_defaults"]["decodes_in_flight"] == 1
     for level in result["levels"]:
         assert level["requests"] >= 2 * level["concurrency"] and level["audio_s_per_s"] > 0
         assert level["window_s"] > 0 and level["ttfa_ms_p50"] > 0

@@ -141,19 +141,35 @@ def test_tiny_random_weight_mesh_run(tmp_path: Path) -> None:
 def test_stage_devices_and_frame_cap_follow_the_flags() -> None:
     args = parse_args(["--random-weights", "--device", "cuda:0", "--talker-device", "cuda:1", "--thinker-kv-gib", "8",
                        "--out", "x.json"])
-    thinker, stages = mesh_stages(args, False)
+    thinker, stages = mesh_stages(args, {})
     assert thinker == {"device": "cuda:0", "dtype": "float32", "engine": {"kv_cache_bytes": 8 << 30}}
-    assert stages["talker"]["speech"]["frames_ahead"] is False
-    assert mesh_stages(args, True)[1]["talker"]["speech"]["frames_ahead"] is True
     assert "decodes_in_flight" not in stages["talker"]["speech"]  # the config's default
-    args.decodes_in_flight = 4
-    assert mesh_stages(args, False)[1]["talker"]["speech"]["decodes_in_flight"] == 4
+    variant = mesh_stages(args, {"decodes_in_flight": 4, "frames_ahead": False})[1]["talker"]["speech"]
+    assert variant["decodes_in_flight"] == 4 and variant["frames_ahead"] is False
     assert stages["talker"]["device"] == "cuda:1"
     assert stages["talker"]["speech"]["max_frames"] == RANDOM_WEIGHTS_MAX_FRAMES  # random weights never stop by EOS
     args = parse_args(["--device", "cuda", "--out", "x.json"])
-    thinker, stages = mesh_stages(args, False)
+    thinker, stages = mesh_stages(args, {})
     assert "engine" not in thinker and stages["talker"]["device"] == "cuda"
     assert stages["talker"]["speech"]["max_frames"] == 4095
+
+
+@pytest.mark.parametrize("text, message", [
+    ("decodes_in_flight", "use KEY=VALUE"),
+    ("decode_in_flight=2", "unknown config key(s) ['talker.speech.decode_in_flight']"),
+    ("decodes_in_flight=0", "talker.speech.decodes_in_flight=0 is invalid"),
+])
+def test_a_bad_speech_variant_names_the_key_and_what_is_allowed(text: str, message: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x.json", "--speech", text])
+    assert message in capsys.readouterr().err
+
+
+def test_speech_variants_read_yaml_values() -> None:
+    args = parse_args(["--out", "x.json", "--speech", "prioritize_frames=true,decodes_in_flight=4", "frames_ahead=off"])
+    assert args.speech == [{"prioritize_frames": True, "decodes_in_flight": 4}, {"frames_ahead": False}]
+    assert parse_args(["--out", "x.json"]).speech == [{}]  # one mesh on the config's defaults
 
 
 def test_no_room_for_the_checkpoint_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
