@@ -130,12 +130,12 @@ class SpeechConfig:
     # step only): +1 / +2 / +6% audio-s/s at c=1 / 8 / 32 on two H200s (bench/talker/NOTES.md)
     frames_ahead: bool = True
     # Code2Wav decodes in flight at most: the engine collects each one once it is done instead of waiting for it on
-    # the next iteration, so a long decode (32 streams: ~40 ms) leaves the frames running. 1 (wait for each, the
-    # GPU-validated path) until more is measured on a GPU: CPU-tested only (bench/talker/NOTES.md)
-    decodes_in_flight: int = 1
-    # the engine's frames on a high-priority CUDA stream, Code2Wav on a default-priority one: decodes in flight then
-    # fill the SMs the frames leave idle instead of slowing them. Off until measured on a GPU (bench/talker/NOTES.md)
-    prioritize_frames: bool = False
+    # the next iteration, so a long decode (32 streams: ~40 ms) leaves the frames running
+    decodes_in_flight: int = 4
+    # the engine's frames on a high-priority CUDA stream, Code2Wav on a default-priority one, so decodes in flight
+    # fill the SMs the frames leave idle instead of slowing them. Two H200s, c=32: 4 in flight alone 207 audio-s/s,
+    # with this 232-238, neither 212-223 (bench/talker/NOTES.md)
+    prioritize_frames: bool = True
     temperature: float = 0.9  # talker (codebook 0); 0 is greedy
     top_k: int = 50
     top_p: float = 1.0

@@ -7,8 +7,10 @@ the host), the decode runs beside the next frames, and its samples reach the hos
 engine picks up on a later iteration, once its event says the copy is done. Several launches may be in flight
 (`max_in_flight`, the config's `speech.decodes_in_flight`): at 32 streams a batch of 25-frame chunks decodes for
 ~40 ms on the H200, eight frames' time, and an engine that waits for it on the next iteration leaves the frames
-idle meanwhile. The streaming state (window caches, context) is only ever touched by the side stream, so decodes
-stay in order among themselves, and flights are collected in launch order, so each stream's chunks go out in order.
+idle meanwhile. The side stream has the default priority: with `speech.prioritize_frames` the engine's frames run on
+a higher one, so the GPU starts their blocks first and the decodes take the SMs they leave idle. The streaming
+state (window caches, context) is only ever touched by the side stream, so decodes stay in order among themselves,
+and flights are collected in launch order, so each stream's chunks go out in order.
 """
 from __future__ import annotations
 

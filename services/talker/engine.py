@@ -10,10 +10,11 @@ kept per iteration rather than per row where it can be: one read-back of all the
 each event loop for all its streams' outputs (every `call_soon_threadsafe` wakes the loop, which then contends
 for the GIL with this thread). Code2Wav runs on a side stream beside the next frames (`ChunkDecoder`): a chunk's
 samples go out on the first iteration that finds its decode done, read back once that iteration's frame is on its
-way (with `speech.decodes_in_flight` 1, the default, the next iteration waits for it; with more, the thread waits
-only when it has no frame to launch or that many decodes are in flight). With
-`speech.frames_ahead` a frame is launched before the last one's codes are read, so the staging of a frame also
-leaves the GPU's path; a row the last frame ends on the codec EOS drops its row of the new one.
+way; the thread waits for a decode only when it has no frame to launch or `speech.decodes_in_flight` (4) are in
+flight. With `speech.prioritize_frames` the thread launches on a high-priority stream, so the frames keep the SMs
+and the decodes fill what they leave. With `speech.frames_ahead` a frame is launched before the last one's codes
+are read, so the staging of a frame also leaves the GPU's path; a row the last frame ends on the codec EOS drops its
+row of the new one.
 """
 from __future__ import annotations
 

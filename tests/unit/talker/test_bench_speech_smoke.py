@@ -1,10 +1,12 @@
 """The text->speech benchmark runs end to end on the demo checkpoint (a smoke test; numbers come from the GPU)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from bench.talker.bench_speech_mesh import SpeechRecord, main
+from runtime.config import SpeechConfig
 
 
 def test_viability_counts_chunks_that_arrive_before_the_audio_runs_out() -> None:
@@ -21,7 +23,7 @@ def test_tiny_run_writes_every_level(demo_ckpt: Path, tmp_path: Path) -> None:
     assert result["transformers"]["requests"] == 1 and result["c1_audio_s_per_s_over_transformers"] > 0
     variants = [{"frames_ahead": False}, {"decodes_in_flight": 3, "prioritize_frames": True}]
     assert [(lv["speech"], lv["concurrency"]) for lv in result["levels"]] == [(v, c) for v in variants for c in (1, 2)]
-    assert result["speech_defaults"]["decodes_in_flight"] == 1
+    assert result["speech_defaults"] == dataclasses.asdict(SpeechConfig())
     for level in result["levels"]:
         assert level["requests"] >= 2 * level["concurrency"] and level["audio_s_per_s"] > 0
         assert level["window_s"] > 0 and level["ttfa_ms_p50"] > 0
