@@ -15,10 +15,12 @@ from typing import Any, TextIO
 import grpc
 import yaml
 
+from bench.thinker.stage_counters import read_counters
 from bench.thinker.workload import RequestRecord, summarize
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 
 MESH_PREFIX = "OMNIMESH_MESH "
+ENGINE_STAGES = ("thinker", "talker")  # the stages whose engines count steps (the encoders count forwards)
 
 
 class Mesh:
@@ -60,6 +62,11 @@ class Mesh:
         assert self.proc.stdout is not None
         for _ in self.proc.stdout:
             pass
+
+    def engine_counters(self) -> dict[str, dict[str, float]]:
+        """Each engine stage's step counters now (`stage_counters.read_counters`), by stage name."""
+        return {name: read_counters(ports["metrics_port"]) for name, ports in self.ports.items()
+                if name in ENGINE_STAGES and ports.get("metrics_port", -1) > 0}
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc.poll() is None:
