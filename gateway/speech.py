@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from runtime.metrics import Metrics
 from gateway.clients.talker import SpeakSetup, SpeechDone, TalkerClient, TalkerFeed
 from gateway.clients.thinker import Conditioning, TextChunk, ThinkerDone
 
+log = logging.getLogger(__name__)
 SAMPLE_RATE = 24_000
 
 
@@ -55,6 +57,21 @@ class AudioClock:
         self.seconds += duration
 
 
+class Timeline:
+    """Milestones of one speech request in ms after its start, logged at DEBUG when it ends (the talker logs its own
+    side: rows, prefill, frames to its first audio); together they say where a time to first audio went."""
+
+    def __init__(self, t0: float) -> None:
+        self._t0 = t0
+        self.marks: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        self.marks.setdefault(name, (time.monotonic() - self._t0) * 1e3)  # the first time only
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} +{ms:.1f} ms" for name, ms in self.marks.items())
+
+
 async def speak_along(thinker_stream: AsyncIterator, talker: TalkerClient, setup: SpeakSetup, metrics: Metrics,
                       t0: float, timeout: float | None) -> AsyncIterator[object]:
     """Yields TextChunk, AudioEvent, ErrorEvent (talker failed; text goes on), then ThinkerDone with audio seconds.
@@ -65,14 +82,18 @@ async def speak_along(thinker_stream: AsyncIterator, talker: TalkerClient, setup
     feed = TalkerFeed()
     out: asyncio.Queue = asyncio.Queue()
     clock = AudioClock(metrics, t0)
+    timeline = Timeline(t0)
+    timeline.mark("prompt built")
 
     async def run_thinker() -> None:
         try:
             async for item in thinker_stream:
                 if isinstance(item, Conditioning):
+                    timeline.mark("thinker conditioning")
                     feed.conditioning(item.media_hidden)
                     continue
                 if isinstance(item, TextChunk):
+                    timeline.mark("first text")
                     feed.tokens(item.token_ids)
                 await out.put(item)
             out.put_nowait(_Finished("thinker"))
@@ -86,6 +107,7 @@ async def speak_along(thinker_stream: AsyncIterator, talker: TalkerClient, setup
         try:
             async for item in talker.speak(setup, feed, timeout):
                 if not isinstance(item, SpeechDone):
+                    timeline.mark("first audio")
                     clock.arrived(item)
                     await out.put(AudioEvent(item))
         except OmniError as err:
@@ -110,6 +132,8 @@ async def speak_along(thinker_stream: AsyncIterator, talker: TalkerClient, setup
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+    timeline.mark("end")
+    log.debug("speech: %s; %.2f s of audio", timeline, clock.seconds)  # the request id is in the log context
     if clock.seconds > 0:
         metrics.get("omnimesh_audio_real_time_factor").observe((time.monotonic() - t0) / clock.seconds)
     if done is not None:

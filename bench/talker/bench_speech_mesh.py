@@ -221,7 +221,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "the same checkpoint, e.g. --speech decodes_in_flight=1 decodes_in_flight=4,"
                         "prioritize_frames=true")
     p.add_argument("--log-level", default="INFO",
-                   help="the mesh's; DEBUG adds the talker's first-audio timeline of every request to the mesh log")
+                   help="the mesh's; DEBUG adds every request's timelines to the mesh log (the gateway's: prompt, "
+                        "thinker conditioning, first text, first audio; the talker's: row, prefill, frames)")
     p.add_argument("--hf-requests", type=int, default=0,
                    help="requests through transformers' generate at batch 1 afterwards, for the ratio (0 skips)")
     args = p.parse_args(argv)

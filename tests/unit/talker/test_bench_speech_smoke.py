@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 from bench.talker.bench_speech_mesh import SpeechRecord, main
@@ -18,8 +19,14 @@ def test_tiny_run_writes_every_level(demo_ckpt: Path, tmp_path: Path) -> None:
     """A mesh per talker variant, every concurrency, each phase at least 2 x c measured requests (--tiny)."""
     out = tmp_path / "speech.json"
     main(["--tiny", "--model", str(demo_ckpt), "--out", str(out), "--hf-requests", "1",
-          "--speech", "frames_ahead=false", "decodes_in_flight=3,prioritize_frames=true"])
+          "--speech", "frames_ahead=false", "decodes_in_flight=3,prioritize_frames=true", "--log-level", "DEBUG"])
     result = json.loads(out.read_text())
+    # the DEBUG timelines of both sides of every request: where a time to first audio went
+    mesh_log = Path(result["mesh_log"]).read_text()
+    gateway = re.findall(r"gateway gateway.speech .*speech: prompt built \+.* first audio \+.* end \+", mesh_log)
+    talker = re.findall(r"talker services.talker.engine .*: first thinker token \+.*, first audio \+", mesh_log)
+    requests = sum(lv["requests"] for lv in result["levels"])
+    assert len(gateway) >= requests and len(talker) >= requests
     assert result["transformers"]["requests"] == 1 and result["c1_audio_s_per_s_over_transformers"] > 0
     variants = [{"frames_ahead": False}, {"decodes_in_flight": 3, "prioritize_frames": True}]
     assert [(lv["speech"], lv["concurrency"]) for lv in result["levels"]] == [(v, c) for v in variants for c in (1, 2)]
