@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +35,37 @@ class Supervisor:
 
     def start(self, name: str, module: str, args: list[str], ready_timeout_s: float) -> Child:
         """Runs `python -m module args`, waits for its ready line and a SERVING health check."""
-        cmd = [sys.executable, "-m", module, *args]
-        log.info("starting %s: %s", name, " ".join(cmd))
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        child = Child(name, proc)
-        self.children.append(child)
-        ports = self._read_ready(child, ready_timeout_s)
-        child.grpc_port, child.metrics_port = ports["grpc_port"], ports["metrics_port"]
-        self._wait_healthy(child, ready_timeout_s)
+        (child,) = self.start_together([(name, module, args)], ready_timeout_s)
         return child
+
+    def start_together(self, specs: list[tuple[str, str, list[str]]], ready_timeout_s: float) -> list[Child]:
+        """Runs every (name, module, args) at once and waits until all are ready and healthy, so they load in
+        parallel: the stages of a mesh need nothing from one another to come up (at the released dims the
+        thinker's load overlaps the talker's graph captures). The first failure is raised as soon as it happens;
+        the caller's `stop_all` then ends the others."""
+        children = []
+        for name, module, args in specs:
+            cmd = [sys.executable, "-m", module, *args]
+            log.info("starting %s: %s", name, " ".join(cmd))
+            children.append(Child(name, subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)))
+            self.children.append(children[-1])
+        outcomes: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
+
+        def bring_up(child: Child) -> None:
+            try:
+                ports = self._read_ready(child, ready_timeout_s)
+                child.grpc_port, child.metrics_port = ports["grpc_port"], ports["metrics_port"]
+                self._wait_healthy(child, ready_timeout_s)
+                outcomes.put(None)
+            except BaseException as e:  # handed to the caller's thread
+                outcomes.put(e)
+
+        for child in children:  # a thread each: every child's stdout is read while the others load
+            threading.Thread(target=bring_up, args=(child,), name=f"up-{child.name}", daemon=True).start()
+        for _ in children:
+            if (error := outcomes.get()) is not None:
+                raise error
+        return children
 
     def _read_ready(self, child: Child, timeout_s: float) -> dict[str, int]:
         # Blocking readline is bounded by the child: it either prints the line or exits (EOF).

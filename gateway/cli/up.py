@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 MESH_PREFIX = "OMNIMESH_MESH "  # one machine-readable line with every process's ports, for scripts and tests
 
-# Stage processes `up` knows how to start, in start order (the gateway comes last).
+# Stage processes `up` knows how to start (all at once; the gateway after them, once their addresses are known).
 STAGE_MODULES = {"vision": "services.vision", "audio": "services.audio", "talker": "services.talker",
                  "thinker": "services.thinker"}
 
@@ -50,12 +50,11 @@ def run(args: argparse.Namespace) -> int:
     write_mesh_config(mesh, config_path)
     common = ["--config", str(config_path), "--model", str(model_dir), "--log-level", args.log_level]
     try:
-        for stage, module in STAGE_MODULES.items():
-            if not mesh.stage(stage).enabled:
-                continue
-            child = sup.start(stage, module, [*common, "--port", "0", "--metrics-port", "0",
-                                              "--replica", f"{stage}-0"], args.ready_timeout)
-            mesh = replace(mesh, **{stage: replace(mesh.stage(stage), address=f"127.0.0.1:{child.grpc_port}")})
+        stages = [(stage, module, [*common, "--port", "0", "--metrics-port", "0", "--replica", f"{stage}-0"])
+                  for stage, module in STAGE_MODULES.items() if mesh.stage(stage).enabled]
+        for child in sup.start_together(stages, args.ready_timeout):
+            mesh = replace(mesh, **{child.name: replace(mesh.stage(child.name),
+                                                        address=f"127.0.0.1:{child.grpc_port}")})
         write_mesh_config(mesh, config_path)
         gateway = sup.start("gateway", "gateway", [*common, "--replica", "gateway-0"], args.ready_timeout)
     except BaseException:

@@ -1,0 +1,25 @@
+"""The supervisor starts processes together and gives up on the first that fails, without waiting for the rest."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gateway.cli.supervisor import Supervisor
+
+
+def test_a_child_that_dies_fails_the_start_while_another_still_loads() -> None:
+    sup = Supervisor("127.0.0.1")
+    # a child that never prints its ready line (it sleeps) beside one that exits at once
+    slow = ("slow", "timeit", ["-n", "1", "import time; time.sleep(60)"])
+    dead = ("dead", "omnimesh_no_such_module", [])
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=r"dead did not become ready \(exit code 1\)"):
+            sup.start_together([slow, dead], ready_timeout_s=30)
+        assert time.monotonic() - t0 < 20  # did not wait for the slow one
+        assert [c.name for c in sup.children] == ["slow", "dead"]
+        assert sup.children[0].process.poll() is None  # still loading: the caller's stop_all ends it
+    finally:
+        sup.stop_all(grace_s=5)
+    assert all(c.process.poll() is not None for c in sup.children)
