@@ -104,12 +104,15 @@ class SpeechJob:
         return out
 
     def first_audio_timeline(self) -> str:
-        """Where the time to this request's first audio went (ms since it reached the talker), for a debug log."""
+        """Where the time to this request's first audio went (ms since it reached the engine), for a debug log."""
         now = time.monotonic()
         first_text = (self.first_text_at or now) - self.submitted
-        return (f"first thinker token +{1e3 * first_text:.1f} ms, row started +{1e3 * self.queue_seconds:.1f} ms, "
-                f"prefill {1e3 * self.prefill_seconds:.1f} ms, first audio +{1e3 * (now - self.submitted):.1f} ms "
-                f"after {self.emitted_frames} frames, talker compute {1e3 * self.compute_seconds:.1f} ms")
+        opened = ("" if self.inp.opened_at is None
+                  else f"submitted {1e3 * (self.submitted - self.inp.opened_at):.1f} ms after its call opened, ")
+        return (f"{opened}first thinker token +{1e3 * first_text:.1f} ms, "
+                f"row started +{1e3 * self.queue_seconds:.1f} ms, prefill {1e3 * self.prefill_seconds:.1f} ms, "
+                f"first audio +{1e3 * (now - self.submitted):.1f} ms after {self.emitted_frames} frames, "
+                f"talker compute {1e3 * self.compute_seconds:.1f} ms")
 
     def finished(self) -> FinishedOut:
         assert self.state is not None

@@ -21,6 +21,9 @@ class SpeakInput:
     sampling: TalkerSampling
     max_frames: int
     return_codes: bool
+    # time.monotonic() when the Speak call reached the servicer (None: not from a call): the gateway opens the call
+    # with the request, so the wait from here to the first text is the thinker's first token plus the relays
+    opened_at: float | None = None
 
 
 class SpeechFinish(enum.Enum):

@@ -1,6 +1,7 @@
 """Protobuf <-> talker domain: reads a Speak request stream (setup, then text as it comes), writes responses."""
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ class SpeakReader:
         self._requests = requests
         self._limits = limits
         self._first_text: talker_pb2.SpeakRequest | None = None  # read by read_setup, yielded by text()
+        self._opened_at = time.monotonic()
 
     async def read_setup(self) -> SpeakInput:
         """start, then the conditioning chunks; returns once the first text message (or the stream's end) arrives."""
@@ -55,7 +57,7 @@ class SpeakReader:
             raise InvalidArgument("conditioning", f"{CONDITIONING} must arrive before the first text: the prompt has "
                                   f"{len(checked.media_positions)} media placeholders")
         return SpeakInput(start.request_id, speech_prompt(checked, voice, media_hidden), sampling.sampling,
-                          sampling.max_frames, start.return_codes)
+                          sampling.max_frames, start.return_codes, self._opened_at)
 
     async def _read_conditioning(self, checked: CheckedPrompt) -> torch.Tensor | None:
         assembler = TensorAssembler("conditioning")
