@@ -3,8 +3,9 @@
 Each level's measured phase runs until at least 10 x c requests have finished and 30 s have passed (benchmarks.md),
 and its throughput is taken over that phase, while all c streams are busy. Per level: audio seconds produced per
 wall second, time to first audio (p50/p99), real-time factor per request, streaming viability (share of chunks
-that arrived before the previous one would have finished playing), and what the thinker's and the talker's engines
-did over the phase (`engines`: steps and batches a second, mean step time, rows a batch; a talker batch is a frame).
+that arrived before the previous one would have finished playing), and what each process did over the phase
+(`processes`: the engines' steps and batches a second, mean step time and rows a batch, a talker batch being a frame;
+every process's CPU and its event loop's).
 `--tiny` runs the demo checkpoint on CPU (a smoke test); `--model DIR` any checkpoint on the configured devices;
 `--random-weights` the released dims with random weights, written as a checkpoint first (no real checkpoint needed):
 
@@ -39,7 +40,7 @@ from bench.talker.random_checkpoint import (checkpoint_bytes, real_speech_config
                                             write_random_speech_checkpoint)
 from bench.talker.hf_speech_baseline import hf_speech  # noqa: E402
 from bench.thinker.gateway_loop import Mesh  # noqa: E402
-from bench.thinker.stage_counters import phase_summary  # noqa: E402
+from bench.thinker.stage_counters import StageReading, phase_summary  # noqa: E402
 from bench.thinker.workload import percentile  # noqa: E402
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
@@ -90,23 +91,23 @@ class Phase:
     or 30 s); `stop` is then when that happened, so [start, stop] is a window with all c streams busy."""
     requests: int
     seconds: float
-    # read at the start and at the stop: each engine stage's step counters (Mesh.engine_counters)
-    counters: Callable[[], dict[str, dict[str, float]]] | None = None
+    # read at the start and at the stop: each process's engine counters and CPU times (Mesh.readings)
+    read: Callable[[], dict[str, StageReading]] | None = None
     start: float | None = None
     stop: float | None = None
-    counters_at: list[dict[str, dict[str, float]]] = field(default_factory=list)
+    readings: list[dict[str, StageReading]] = field(default_factory=list)
 
     def begin(self) -> None:
         self.start = time.perf_counter()
-        self.counters_at.append(self.counters() if self.counters else {})
+        self.readings.append(self.read() if self.read else {})
 
     def end(self) -> None:
         self.stop = time.perf_counter()
-        self.counters_at.append(self.counters() if self.counters else {})
+        self.readings.append(self.read() if self.read else {})
 
-    def engines(self) -> dict[str, dict[str, Any]]:
-        """What each engine stage did over the phase (stage_counters.phase_summary)."""
-        start, stop = self.counters_at
+    def processes(self) -> dict[str, dict[str, Any]]:
+        """What each process did over the phase (stage_counters.phase_summary)."""
+        start, stop = self.readings
         return {name: phase_summary(start[name], stop[name], self.stop - self.start) for name in stop}
 
 
@@ -151,7 +152,7 @@ def summarize(records: list[SpeechRecord], phase: Phase, concurrency: int) -> di
     ttfa = [r.chunks[0][0] - r.start for r in done]
     rtf = [(r.end - r.start) / r.audio_seconds for r in done if r.audio_seconds > 0]
     viable = [v for r in done if (v := r.viable_share()) is not None]
-    return {"concurrency": concurrency, "requests": len(done), "window_s": t1 - t0, "engines": phase.engines(),
+    return {"concurrency": concurrency, "requests": len(done), "window_s": t1 - t0, "processes": phase.processes(),
             "audio_s_per_s": audio / (t1 - t0), "ttfa_ms_p50": percentile(ttfa, 50) * 1e3,
             "ttfa_ms_p99": percentile(ttfa, 99) * 1e3, "rtf_p50": percentile(rtf, 50),
             "streaming_viability": sum(viable) / len(viable) if viable else None,
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 try:
                     for c in args.concurrency:
                         phase = Phase(args.measured or (2 if args.tiny else 10) * c, args.min_seconds,
-                                      mesh.engine_counters)
+                                      mesh.readings)
                         records = asyncio.run(closed_loop(mesh.address, c, args.warmup, phase, args.text_tokens,
                                                           args.voice))
                         levels.append({**summarize(records, phase, c), "speech": speech})

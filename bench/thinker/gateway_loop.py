@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import grpc
 import yaml
 
-from bench.thinker.stage_counters import read_counters
+from bench.thinker.stage_counters import StageReading, read_stage
 from bench.thinker.workload import RequestRecord, summarize
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 
@@ -63,10 +63,10 @@ class Mesh:
         for _ in self.proc.stdout:
             pass
 
-    def engine_counters(self) -> dict[str, dict[str, float]]:
-        """Each engine stage's step counters now (`stage_counters.read_counters`), by stage name."""
-        return {name: read_counters(ports["metrics_port"]) for name, ports in self.ports.items()
-                if name in ENGINE_STAGES and ports.get("metrics_port", -1) > 0}
+    def readings(self) -> dict[str, StageReading]:
+        """Each process's engine counters (thinker, talker) and CPU times now, by name (`stage_counters`)."""
+        return {name: read_stage(p["pid"], p["metrics_port"] if name in ENGINE_STAGES else None)
+                for name, p in self.ports.items()}
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc.poll() is None:

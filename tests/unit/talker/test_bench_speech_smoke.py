@@ -35,9 +35,10 @@ def test_tiny_run_writes_every_level(demo_ckpt: Path, tmp_path: Path) -> None:
     for level in result["levels"]:
         assert level["requests"] >= 2 * level["concurrency"] and level["audio_s_per_s"] > 0
         assert level["window_s"] > 0 and level["ttfa_ms_p50"] > 0
-        talker, thinker = level["engines"]["talker"], level["engines"]["thinker"]
+        talker, thinker, gateway = (level["processes"][name] for name in ("talker", "thinker", "gateway"))
         assert talker["batches_per_s"] > 0 and 1 <= talker["rows_per_batch"] <= level["concurrency"]
         assert thinker["steps_per_s"] > 0 and thinker["step_ms_mean"] > 0
+        assert "steps_per_s" not in gateway and 0 < gateway["cpu_event_loop"] <= gateway["cpu_process"]
 
 
 def test_transformers_baseline_speaks_exact_lengths(demo_ckpt: Path) -> None:

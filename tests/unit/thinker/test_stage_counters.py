@@ -1,23 +1,29 @@
-"""A phase's engine summary from two reads of a stage's step counters."""
+"""A phase's summary from two readings of a process: its engine's step counters and its CPU times."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
-from bench.thinker.stage_counters import phase_summary
+from bench.thinker.proc_cpu import CpuTimes
+from bench.thinker.stage_counters import StageReading, phase_summary, read_stage
+
+STEPS_BEFORE = {"omnimesh_step_time_seconds_sum": 1.0, "omnimesh_step_time_seconds_count": 100.0,
+                "omnimesh_batch_size_sum": 300.0, "omnimesh_batch_size_count": 100.0}
 
 
 def test_phase_summary_divides_the_deltas() -> None:
-    before = {"omnimesh_step_time_seconds_sum": 1.0, "omnimesh_step_time_seconds_count": 100.0,
-              "omnimesh_batch_size_sum": 300.0, "omnimesh_batch_size_count": 100.0}
     after = {"omnimesh_step_time_seconds_sum": 1.5, "omnimesh_step_time_seconds_count": 200.0,
              "omnimesh_batch_size_sum": 700.0, "omnimesh_batch_size_count": 200.0}
-    summary = phase_summary(before, after, seconds=2.0)
-    assert summary == {"steps_per_s": 50.0, "step_ms_mean": pytest.approx(5.0), "batches_per_s": 50.0,
-                       "rows_per_batch": 4.0}
+    summary = phase_summary(StageReading(STEPS_BEFORE, CpuTimes(10.0, 4.0)), StageReading(after, CpuTimes(13.0, 5.0)),
+                            seconds=2.0)
+    assert summary == {"cpu_process": 1.5, "cpu_event_loop": 0.5, "steps_per_s": 50.0,
+                       "step_ms_mean": pytest.approx(5.0), "batches_per_s": 50.0, "rows_per_batch": 4.0}
 
 
-def test_a_phase_without_steps_has_no_means() -> None:
-    counters = {"omnimesh_step_time_seconds_sum": 1.0, "omnimesh_step_time_seconds_count": 10.0,
-                "omnimesh_batch_size_sum": 3.0, "omnimesh_batch_size_count": 1.0}
-    assert phase_summary(counters, counters, seconds=1.0) == {"steps_per_s": 0.0, "step_ms_mean": None,
-                                                              "batches_per_s": 0.0, "rows_per_batch": None}
+def test_a_phase_without_steps_has_no_means_and_a_process_without_an_engine_only_cpu() -> None:
+    idle = StageReading(STEPS_BEFORE, None)
+    assert phase_summary(idle, idle, seconds=1.0) == {"steps_per_s": 0.0, "step_ms_mean": None,
+                                                      "batches_per_s": 0.0, "rows_per_batch": None}
+    relay = read_stage(os.getpid(), None)  # this process, read from /proc
+    assert relay.steps is None and relay.cpu is not None and relay.cpu.process_s >= relay.cpu.main_thread_s > 0
