@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from runtime.engine.sampler import MAX_TOP_LOGPROBS, RowGenerators, _filter, apply_penalties, sample
+from runtime.engine.sampler import (MAX_TOP_LOGPROBS, NARROW_TOP_K, RowGenerators, _filter, _mask_sorted,
+                                     apply_penalties, sample)
 from runtime.engine.sampling_params import SamplingOptions
 
 V = 32
@@ -306,3 +307,51 @@ def test_an_empty_batch_samples_nothing() -> None:
     # A step of prefill chunks only (a prompt longer than the token budget) has no row that samples.
     res = sample(torch.zeros(0, V), [], [], [], [])
     assert res.token_ids == [] and res.logprobs is None and res.top_ids is None
+
+
+# --- the narrow path: rows whose top-k keeps at most NARROW_TOP_K tokens ------------------------------------------
+
+def test_narrow_rows_keep_what_the_full_filter_keeps() -> None:
+    """The narrow path masks a top-k of the vocabulary; the full one a sort of it: the same tokens survive."""
+    vocab = 1000
+    logits = torch.randn(6, vocab, generator=torch.Generator().manual_seed(3)) * 3
+    knobs = [(1, 1.0, 0.0), (20, 0.8, 0.0), (20, 1.0, 0.05), (64, 0.9, 0.0), (5, 0.5, 0.1), (64, 1.0, 0.0)]
+    top_k, top_p, min_p = (torch.tensor(col) for col in zip(*knobs))
+    full = torch.isfinite(_filter(logits, top_k, top_p, min_p))
+    values, ids = torch.topk(logits, NARROW_TOP_K, dim=-1)
+    narrow = torch.isfinite(_mask_sorted(values, top_k, top_p, min_p))
+    for row in range(len(knobs)):
+        assert set(ids[row][narrow[row]].tolist()) == set(torch.nonzero(full[row]).flatten().tolist())
+
+
+def test_narrow_rows_follow_the_renormalised_top_k() -> None:
+    probs = [0.05, 0.4, 0.1, 0.25, 0.2]
+    n = 3000
+    logits = torch.cat([logits_for(probs)] * n)
+    res = sample(logits, [SamplingOptions(temperature=1.0, top_k=3)] * n, gens(list(range(n))), [[]] * n, [[]] * n)
+    freq = [res.token_ids.count(i) / n for i in range(5)]
+    assert freq == pytest.approx([0.0, 0.4 / 0.85, 0.0, 0.25 / 0.85, 0.2 / 0.85], abs=0.04)
+
+
+def test_a_narrow_seed_gives_the_same_tokens_alone_or_batched_with_every_kind_of_row() -> None:
+    steps = 10
+    logits = random_logits(4, seed=2) / 6  # flat enough that top-p 0.8 keeps several
+    opts = SamplingOptions(temperature=0.7, top_k=20, top_p=0.8, seed=7)  # the model's defaults
+    alone = draw(logits[0:1], opts, seed=7, steps=steps)
+    others = [SamplingOptions(temperature=1.0), SamplingOptions(temperature=0.0),
+              SamplingOptions(temperature=1.0, top_k=10, logprobs=True)]  # full, greedy, narrow knobs with logprobs
+    row_gen = torch.Generator().manual_seed(7)
+    batched = []
+    for i in range(steps):
+        o = [opts, *others][: i % 4 + 1]
+        g = [row_gen] + [None if x.is_greedy else torch.Generator().manual_seed(i) for x in o[1:]]
+        res = sample(logits[: len(o)], o, g, [[]] * len(o), [[]] * len(o))
+        batched.append(res.token_ids[0])
+    assert alone == batched
+    assert len(set(alone)) > 1  # it samples
+
+
+def test_unseeded_narrow_rows_draw_from_the_global_stream() -> None:
+    logits = torch.zeros(200, V)
+    res = sample(logits, [SamplingOptions(temperature=1.0, top_k=8)] * 200, [None] * 200, [[]] * 200, [[]] * 200)
+    assert len(set(res.token_ids)) == 8  # every one of the 8 kept, equally likely tokens comes up
