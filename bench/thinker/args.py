@@ -15,6 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32], help="closed-loop levels")
     p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length after the chat template")
     p.add_argument("--output-tokens", type=int, default=256, help="tokens per request (EOS ignored)")
+    p.add_argument("--sampling", choices=("greedy", "model"), default="greedy",
+                   help="greedy (the comparable workload), or the model's default sampling, seeded per request")
     p.add_argument("--measured-per-stream", type=int, default=3,
                    help="measured requests per concurrent stream (at least --min-measured)")
     p.add_argument("--min-measured", type=int, default=6, help="fewest measured requests per level")

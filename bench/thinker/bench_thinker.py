@@ -11,6 +11,7 @@ at a time; the JSON is rewritten after each phase, so a run cut short keeps what
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import logging
@@ -39,7 +40,8 @@ from bench.thinker.random_model import random_model, real_config, write_checkpoi
 from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
 from bench.thinker.workload import PromptMaker  # noqa: E402
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
-from runtime.config import EngineConfig  # noqa: E402
+from omnimesh.v1 import omni_pb2  # noqa: E402
+from runtime.config import EngineConfig, SamplingDefaults  # noqa: E402
 from runtime.engine.sampling_params import SamplingOptions  # noqa: E402
 from runtime.engine.sequence import Sequence  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
@@ -104,7 +106,8 @@ class Bench:
                                                        "moe_intermediate_size", "vocab_size")},
             "engine_config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.eng).items()},
             "workload": {"name": "text->text", "load": "closed loop", "prompt_tokens": args.prompt_tokens,
-                         "output_tokens": args.output_tokens, "ignore_eos": True, "greedy": True,
+                         "output_tokens": args.output_tokens, "ignore_eos": True,
+                         "greedy": args.sampling == "greedy", "sampling": args.sampling,
                          "warmup_requests": "= concurrency (excluded)",
                          "measured_requests": f"max({args.min_measured}, {args.measured_per_stream} x c)",
                          "long_prompt": {"prompt_tokens": args.long_prompt_tokens,
@@ -134,6 +137,10 @@ class Bench:
 
     def make_seq_factory(self, maker: PromptMaker, max_tokens: int):  # noqa: ANN201
         sampling = SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        if self.args.sampling == "model":  # what a request that sets no sampling field gets, seeded per request
+            d = SamplingDefaults()
+            sampling = dataclasses.replace(sampling, temperature=d.temperature, top_k=d.top_k, top_p=d.top_p,
+                                           min_p=d.min_p, repetition_penalty=d.repetition_penalty)
         cache: dict[int, tuple[list[int], ThinkerRequest]] = {}
 
         def prepare(indices: range) -> None:
@@ -146,7 +153,8 @@ class Bench:
             if index not in cache:
                 prepare(range(index, index + 1))
             ids, req = cache.pop(index)
-            return Sequence(index, f"bench-{index}", ids, sampling, frozenset(), req)
+            options = sampling if sampling.is_greedy else dataclasses.replace(sampling, seed=index)
+            return Sequence(index, f"bench-{index}", ids, options, frozenset(), req)
 
         return make, prepare
 
@@ -266,10 +274,10 @@ class Bench:
         maker = PromptMaker(self.template_dir, args.prompt_tokens)
         index = 100_000  # other texts than the engine run's: nothing is cached across phases anyway
         for c in args.concurrency:
-            requests = {i: gateway_loop.chat_request(maker.make(i).text, args.output_tokens)
+            requests = {i: self.chat_request(maker.make(i).text, args.output_tokens, i)
                         for i in range(index, index + 2 * c + self.measured(c))}
-            level = gateway_loop.run_level(address, lambda i: requests.get(i) or gateway_loop.chat_request(
-                maker.make(i).text, args.output_tokens), c, c, self.measured(c), index)
+            level = gateway_loop.run_level(address, lambda i: requests.get(i) or self.chat_request(
+                maker.make(i).text, args.output_tokens, i), c, c, self.measured(c), index)
             index = level.pop("next_index")
             out["levels"].append(level)
             log.info("gateway c=%d: %.1f tok/s, TTFT p50 %.1f ms", c, level["output_tok_s"] or 0,
@@ -277,10 +285,13 @@ class Bench:
             self.save()
         if args.long_prompt_tokens:
             long_maker = PromptMaker(self.template_dir, args.long_prompt_tokens)
-            level = gateway_loop.run_level(address, lambda i: gateway_loop.chat_request(
-                long_maker.make(i).text, args.long_output_tokens), 1, 1, args.long_requests, index)
+            level = gateway_loop.run_level(address, lambda i: self.chat_request(
+                long_maker.make(i).text, args.long_output_tokens, i), 1, 1, args.long_requests, index)
             level.pop("next_index")
             out["long_prompt"] = level
+
+    def chat_request(self, text: str, max_tokens: int, index: int) -> omni_pb2.ChatRequest:
+        return gateway_loop.chat_request(text, max_tokens, None if self.args.sampling == "greedy" else index)
 
     def ratios(self) -> None:
         hf = {r["batch"]: r["output_tok_s"] for r in self.result.get("transformers", {}).get("runs", [])}

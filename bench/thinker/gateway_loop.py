@@ -78,9 +78,11 @@ class Mesh:
             return self.proc.wait()
 
 
-def chat_request(text: str, max_tokens: int) -> omni_pb2.ChatRequest:
+def chat_request(text: str, max_tokens: int, seed: int | None = None) -> omni_pb2.ChatRequest:
+    """Greedy; with `seed`, the deployment's default sampling on that seed."""
     msg = omni_pb2.Message(role="user", content=[omni_pb2.ContentPart(text=text)])
-    sampling = common_pb2.SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    sampling = (common_pb2.SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True) if seed is None
+                else common_pb2.SamplingParams(seed=seed, max_tokens=max_tokens, ignore_eos=True))
     return omni_pb2.ChatRequest(messages=[msg], sampling=sampling, output_modalities=[omni_pb2.MODALITY_TEXT])
 
 

@@ -36,6 +36,20 @@ def test_tiny_bench_through_the_cli(tmp_path: Path) -> None:
     assert "c1_over_transformers_b1" in result["summary"]["engine"]
 
 
+def test_sampled_requests_take_the_models_defaults_seeded(tmp_path: Path) -> None:
+    """`--sampling model`: every request, engine and gateway alike, samples with the deployment's defaults."""
+    out = tmp_path / "sampled.json"
+    code = omnimesh(["bench", "--tiny", "--out", str(out), "--concurrency", "2", "--output-tokens", "4",
+                     "--long-prompt-tokens", "0", "--skip-hf", "--sampling", "model", "--min-measured", "2",
+                     "--measured-per-stream", "1"])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result["workload"]["sampling"] == "model" and result["workload"]["greedy"] is False
+    for mode in ("engine", "gateway"):
+        (level,) = result[mode]["levels"]
+        assert level["requests"] == 2 and all(r["tokens"] == 4 for r in level["raw"])
+
+
 def test_random_checkpoint_loads_back_exactly(tmp_path: Path, demo_ckpt: Path) -> None:
     config = demo_config()
     cfg = ThinkerConfig.from_dict(config)
