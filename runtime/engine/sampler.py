@@ -185,8 +185,11 @@ def launch_sample(logits: torch.Tensor, options: list[SamplingOptions], generato
         greedy = to_device(torch.tensor([o.is_greedy for o in options]), device)
         # Greedy rows are scored on the unfiltered distribution: their logprobs are the model's (after penalties).
         final = torch.where(greedy.unsqueeze(1), scaled, _filter(scaled, top_k, top_p, min_p))
-    tokens = torch.argmax(final, dim=-1)
-    if narrow:
+    if len(narrow) == len(options):  # the common sampled batch: every row on the model's defaults
+        tokens = _draw_among_top(scaled, options, generators)
+    else:
+        tokens = torch.argmax(final, dim=-1)
+    if narrow and len(narrow) < len(options):
         rows = to_device(torch.tensor(narrow), device)
         tokens[rows] = _draw_among_top(scaled[rows], [options[i] for i in narrow], [generators[i] for i in narrow])
     logprobs_all = torch.log_softmax(final, dim=-1) if (sampled_rows or want_lp or want_top) else None
