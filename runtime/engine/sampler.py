@@ -170,7 +170,9 @@ def launch_sample(logits: torch.Tensor, options: list[SamplingOptions], generato
         # the common decode batch: one launch, instead of a copy, a scale and a host-to-device copy of temperatures
         # a step (each on the path from one step's end to the next's launch)
         return _pending(torch.argmax(logits, dim=-1), None, None, None)
-    logits = apply_penalties(logits.float().clone(), options, histories, outputs, newest)
+    logits = logits.float()
+    if any(o.needs_penalties for o in options):  # they write into the logits: the caller's stay as they were
+        logits = apply_penalties(logits.clone(), options, histories, outputs, newest)
     device = logits.device
     temps = to_device(torch.tensor([o.temperature if o.temperature > 0 else 1.0 for o in options]), device)
     scaled = logits / temps.unsqueeze(1)
