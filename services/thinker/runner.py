@@ -103,8 +103,11 @@ class ThinkerRunner:
         positions = to_device(torch.cat(packed.positions, dim=1), self.device)  # [3, T]
         capture_layer = self.model.cfg.accept_hidden_layer if packed.capture else None
         out = self.model(x, positions, ctx, self.kv_caches, deepstack=deepstack, capture_layer=capture_layer)
-        for request, prompt_index, row in packed.capture:
-            request.talker_states[prompt_index] = out.captured[row].float().cpu()
+        if packed.capture:  # one gather and one copy for all of them (a copy per row synced the stream per row)
+            rows = to_device(torch.tensor([row for _, _, row in packed.capture], dtype=torch.long), self.device)
+            states = out.captured[rows].float().cpu()
+            for (request, prompt_index, _), state in zip(packed.capture, states):
+                request.talker_states[prompt_index] = state
         return self.model.compute_logits(out.hidden[self._sampling_rows(batch, out.hidden.device)])
 
     def _run_graph(self, batch: ScheduledBatch, packed: _Packed, pending: PendingTokens | None) -> torch.Tensor | None:
