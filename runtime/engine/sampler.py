@@ -145,10 +145,14 @@ def _draw_among_top(scaled: torch.Tensor, options: list[SamplingOptions],
     values, ids = torch.topk(scaled, min(NARROW_TOP_K, scaled.shape[-1]), dim=-1)
     knobs = to_device(torch.tensor([[o.top_k, o.top_p, o.min_p] for o in options], dtype=torch.float32), device)
     kept = _mask_sorted(values, knobs[:, 0].long(), knobs[:, 1], knobs[:, 2])
-    noise = torch.empty_like(kept).exponential_()  # the unseeded rows' draws, one launch
+    draws = torch.empty_like(kept).exponential_()  # the unseeded rows' draws, one launch
     for row, generator in enumerate(generators):
         if generator is not None:
-            noise[row].exponential_(generator=generator)
+            draws[row].exponential_(generator=generator)
+    # The r-th draw goes to the kept token with the r-th smallest id, not to rank r: tied logits may come out of
+    # topk in another order for another batch shape, and a token's draw must not depend on that.
+    by_id = torch.where(torch.isfinite(kept), ids, scaled.shape[-1]).argsort(dim=-1)
+    noise = torch.empty_like(draws).scatter_(1, by_id, draws)
     # Exponential race: argmax(p / E) with E ~ Exp(1) is a draw from p; softmax's sum cancels in the argmax
     picked = torch.argmax(torch.softmax(kept, dim=-1) / noise, dim=-1)
     return ids.gather(1, picked.unsqueeze(1)).squeeze(1)

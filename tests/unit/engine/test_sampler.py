@@ -355,3 +355,21 @@ def test_unseeded_narrow_rows_draw_from_the_global_stream() -> None:
     logits = torch.zeros(200, V)
     res = sample(logits, [SamplingOptions(temperature=1.0, top_k=8)] * 200, [None] * 200, [[]] * 200, [[]] * 200)
     assert len(set(res.token_ids)) == 8  # every one of the 8 kept, equally likely tokens comes up
+
+
+def test_a_narrow_draw_follows_the_token_not_its_rank_among_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+    """topk may return tied logits in another order for another batch shape (the GPU's kernels differ by shape):
+    each token keeps its own draw, so the pick does not change."""
+    logits = torch.full((1, V), -5.0)
+    logits[0, [3, 9, 17, 25]] = 1.0  # four tied favourites
+    opts = [SamplingOptions(temperature=1.0, top_k=4)]
+    in_order = [sample(logits, opts, gens([seed]), [[]], [[]]).token_ids[0] for seed in range(8)]
+    topk = torch.topk
+
+    def ties_reversed(x: torch.Tensor, k: int, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        values, ids = topk(x, k, dim=dim)
+        return values, torch.cat([ids[:, :4].flip(1), ids[:, 4:]], dim=1)  # the four tied ones the other way round
+
+    monkeypatch.setattr(torch, "topk", ties_reversed)
+    reversed_ties = [sample(logits, opts, gens([seed]), [[]], [[]]).token_ids[0] for seed in range(8)]
+    assert reversed_ties == in_order and len(set(in_order)) > 1
