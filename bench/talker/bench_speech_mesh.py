@@ -211,7 +211,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-frames", type=int, default=None,
                    help=f"codec frames per answer at most (default 4095; {RANDOM_WEIGHTS_MAX_FRAMES} with "
                         "--random-weights, which seldom end an answer themselves)")
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=None,
+                   help="unmeasured requests first at each level (default: one per stream, so a level measured first "
+                        "on a fresh mesh does not carry its cold start)")
     p.add_argument("--measured", type=int, default=0,
                    help="measured requests per level at least (default 10 x concurrency; 2 x with --tiny)")
     p.add_argument("--min-seconds", type=float, default=30.0,
@@ -276,7 +278,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     for c in args.concurrency:
                         phase = Phase(args.measured or (2 if args.tiny else 10) * c, args.min_seconds,
                                       mesh.readings)
-                        records = asyncio.run(closed_loop(mesh.address, c, args.warmup, phase, args.text_tokens,
+                        warmup = c if args.warmup is None else args.warmup
+                        records = asyncio.run(closed_loop(mesh.address, c, warmup, phase, args.text_tokens,
                                                           args.voice))
                         levels.append({**summarize(records, phase, c), "speech": speech})
                         print(json.dumps({k: v for k, v in levels[-1].items() if k != "raw"}), flush=True)
