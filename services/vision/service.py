@@ -4,9 +4,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+import torch
+
 from runtime.config import EncoderConfig
 from runtime.encode_batcher import BatchStats, EncodeBatcher, request_timings
 from runtime.metrics import Metrics
+from runtime.transfer import to_host
 from services.vision.encoder import VisionEncoder
 from services.vision.model import VisionOutput
 from services.vision.preprocess import MediaFrames
@@ -65,8 +68,11 @@ class VisionService:
         """One preprocessing pass and one tower forward; runs in the batcher's worker thread."""
         patches, grids = self.encoder.preprocessor.batch(items)
         out = self.encoder.tower(patches, grids)
-        # One copy per output tensor for the whole batch; it also waits for the GPU, so compute time is real.
-        host = VisionOutput(out.merged.cpu(), [d.cpu() for d in out.deepstack])
+        # One copy per output tensor for the whole batch, into pinned memory (a pageable copy of a long video's
+        # features runs at a fraction of the link's speed), then one wait, so compute time is real.
+        host = VisionOutput(to_host(out.merged), [to_host(d) for d in out.deepstack])
+        if out.merged.is_cuda:
+            torch.cuda.current_stream(out.merged.device).synchronize()
         return host.split(grids, self.encoder.tower.cfg.spatial_merge_size)
 
     def _record_batch(self, stats: BatchStats) -> None:

@@ -105,3 +105,28 @@ def test_real_widths_bf16(attention: str) -> None:
     with no_host_sync():
         got = tower(on_device, grids)
     assert_close_bf16(got, want)
+
+
+def test_the_stage_hands_back_host_copies_of_the_towers_output(demo_ckpt: Path) -> None:
+    """VisionService's batch forward on CUDA: every item's features on the host (through pinned copies and one
+    wait), equal to the tower's own output split per item."""
+    from runtime.config import EncoderConfig
+    from runtime.metrics import Metrics
+    from services.vision.encoder import VisionEncoder
+    from services.vision.service import VisionService
+
+    encoder = VisionEncoder.load(demo_ckpt, "cuda", torch.bfloat16)
+    service = VisionService(encoder, Metrics("vision", "t"), EncoderConfig())
+    try:
+        items = media(seed=2)
+        parts = service._forward(items)
+        patches, grids = encoder.preprocessor.batch(items)
+        want = encoder.tower(patches, grids).split(grids, 2)
+        assert len(parts) == len(want) == len(items)
+        for got, ref in zip(parts, want):
+            assert got.merged.device.type == "cpu"
+            torch.testing.assert_close(got.merged, ref.merged.cpu())
+            for a, b in zip(got.deepstack, ref.deepstack):
+                torch.testing.assert_close(a, b.cpu())
+    finally:
+        service.close()
