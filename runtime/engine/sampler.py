@@ -127,6 +127,12 @@ def _mask_sorted(sorted_logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return sorted_logits.masked_fill(drop, float("-inf"))
 
 
+def _filter_knobs(options: list[SamplingOptions], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Each row's (top_k, top_p, min_p) on `device`, in one upload: top_k [B] long, the others [B] float32."""
+    knobs = to_device(torch.tensor([[o.top_k, o.top_p, o.min_p] for o in options], dtype=torch.float32), device)
+    return knobs[:, 0].long(), knobs[:, 1], knobs[:, 2]
+
+
 def _draws_among_top(options: SamplingOptions) -> bool:
     """Whether a row draws on the narrow path: a sampled row whose top-k leaves at most NARROW_TOP_K candidates and
     that asks for no logprobs. Decided by the row's own options, so a seed gives the same tokens in any batch."""
@@ -140,11 +146,9 @@ def _draw_among_top(scaled: torch.Tensor, options: list[SamplingOptions],
     [N]. The same distribution as the full path (top-k, then top-p and min-p on it), from a top-k of the vocabulary
     instead of a sort of it, and one exponential race over NARROW_TOP_K values per row (a fixed count: a row's
     stream advances alike in any batch)."""
-    device = scaled.device
     # [N, K], descending; K is the same for every batch of a model (its vocabulary is wider in any real one)
     values, ids = torch.topk(scaled, min(NARROW_TOP_K, scaled.shape[-1]), dim=-1)
-    knobs = to_device(torch.tensor([[o.top_k, o.top_p, o.min_p] for o in options], dtype=torch.float32), device)
-    kept = _mask_sorted(values, knobs[:, 0].long(), knobs[:, 1], knobs[:, 2])
+    kept = _mask_sorted(values, *_filter_knobs(options, scaled.device))
     draws = torch.empty_like(kept).exponential_()  # the unseeded rows' draws, one launch
     for row, generator in enumerate(generators):
         if generator is not None:
@@ -185,19 +189,17 @@ def launch_sample(logits: torch.Tensor, options: list[SamplingOptions], generato
     sampled_rows = [i for i, o in enumerate(options) if not o.is_greedy and not _draws_among_top(o)]
     final = scaled
     if sampled_rows:
-        top_k = to_device(torch.tensor([o.top_k for o in options]), device)
-        top_p = to_device(torch.tensor([o.top_p for o in options]), device)
-        min_p = to_device(torch.tensor([o.min_p for o in options]), device)
         greedy = to_device(torch.tensor([o.is_greedy for o in options]), device)
         # Greedy rows are scored on the unfiltered distribution: their logprobs are the model's (after penalties).
-        final = torch.where(greedy.unsqueeze(1), scaled, _filter(scaled, top_k, top_p, min_p))
+        final = torch.where(greedy.unsqueeze(1), scaled, _filter(scaled, *_filter_knobs(options, device)))
     if len(narrow) == len(options):  # the common sampled batch: every row on the model's defaults
         tokens = _draw_among_top(scaled, options, generators)
     else:
         tokens = torch.argmax(final, dim=-1)
-    if narrow and len(narrow) < len(options):
-        rows = to_device(torch.tensor(narrow), device)
-        tokens[rows] = _draw_among_top(scaled[rows], [options[i] for i in narrow], [generators[i] for i in narrow])
+        if narrow:
+            rows = to_device(torch.tensor(narrow), device)
+            tokens[rows] = _draw_among_top(scaled[rows], [options[i] for i in narrow],
+                                           [generators[i] for i in narrow])
     logprobs_all = torch.log_softmax(final, dim=-1) if (sampled_rows or want_lp or want_top) else None
     if sampled_rows:
         probs = logprobs_all.exp()
