@@ -17,11 +17,12 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_micro_bench_streams_every_token_through_the_real_server(tmp_path: Path) -> None:
     out = tmp_path / "micro.json"
+    # enough tokens that the asyncio thread's CPU spans several of /proc's 10 ms ticks (with 96 it saw none at times)
     assert stream_path_micro.main(["--out", str(out), "--step-ms", "2", "--concurrency", "4", "--output-tokens",
-                                   "12", "--requests-per-stream", "2", "--flush-ms", "5"]) == 0
+                                   "48", "--requests-per-stream", "4", "--flush-ms", "5"]) == 0
     result = json.loads(out.read_text())
-    assert result["tokens"] == 4 * 2 * 12 and result["tok_s"] > 0
-    assert 1.0 <= result["tokens_per_message"] <= 12 and result["steps"] >= 2 * 12
+    assert result["tokens"] == 4 * 4 * 48 and result["tok_s"] > 0
+    assert 1.0 <= result["tokens_per_message"] <= 48 and result["steps"] >= 4 * 48
     cpu = result["cpu_us_per_token"]
     assert cpu["asyncio_thread"] > 0 and cpu["process"] >= cpu["asyncio_thread"]
 
