@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from runtime.thread_names import name_this_thread
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -70,7 +72,8 @@ class EncodeBatcher(Generic[Item, Result]):
         self.size_of = size_of
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
-        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
+        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode",
+                                                     initializer=name_this_thread, initargs=("encode",))
         self.on_batch = on_batch
         self.on_depth = on_depth
         self.queue: asyncio.Queue[Pending[Item, Result]] = asyncio.Queue()

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.thinker.proc_cpu import CpuTimes, cpu_times
+from bench.thinker.proc_cpu import CpuTimes, busiest_threads, cpu_times
 
 STEP_SERIES = ("omnimesh_step_time_seconds", "omnimesh_batch_size")
 
@@ -45,11 +45,12 @@ def read_stage(pid: int, metrics_port: int | None) -> StageReading:
 
 def phase_summary(before: StageReading, after: StageReading, seconds: float) -> dict[str, Any]:
     """Per second of the phase: engine steps and batches, with the mean step time and rows a batch; CPU seconds of
-    the process (all threads) and of its asyncio thread."""
+    the process (all threads), of its asyncio thread and of its busiest thread names (name, threads, cores)."""
     out: dict[str, Any] = {}
     if before.cpu is not None and after.cpu is not None:
         used = after.cpu - before.cpu
-        out |= {"cpu_process": used.process_s / seconds, "cpu_event_loop": used.main_thread_s / seconds}
+        out |= {"cpu_process": used.process_s / seconds, "cpu_event_loop": used.main_thread_s / seconds,
+                "cpu_threads": [[name, count, cores] for name, count, cores in busiest_threads(used, seconds)]}
     if before.steps is not None and after.steps is not None:
         delta = {name: after.steps.get(name, 0.0) - before.steps.get(name, 0.0) for name in after.steps}
         steps = delta.get("omnimesh_step_time_seconds_count", 0.0)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from runtime.engine.engine import Engine, StepStats, TokenEvent
 from runtime.engine.sequence import FinishReason, Sequence
+from runtime.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class AsyncEngine:
         self._commands.put(_Abort(seq_id))
 
     def _loop(self) -> None:
+        name_this_thread("engine")
         try:
             while True:
                 block = not self.engine.has_work

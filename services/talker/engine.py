@@ -31,6 +31,7 @@ import torch
 
 from runtime.config import SpeechConfig
 from runtime.errors import OmniError, Unavailable
+from runtime.thread_names import name_this_thread
 from runtime.metrics import Metrics
 from services.talker.chunk_decoder import ChunkDecoder
 from services.talker.handle import SpeechHandle
@@ -126,6 +127,7 @@ class SpeechEngine:
     # --- the engine thread -------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        name_this_thread("talker-engine")
         with self._frame_stream():
             self._run()
 

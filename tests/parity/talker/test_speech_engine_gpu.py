@@ -22,7 +22,9 @@ from tests.parity.talker.talker_reference import text_prompt
 pytestmark = pytest.mark.gpu
 
 FRAMES = 40
-SPEECH = SpeechConfig(max_rows=4, max_frames=FRAMES, max_prompt_tokens=32, first_chunk_frames=4, chunk_frames=8)
+# The plain engine: default-priority frames, one decode at a time (the config's defaults are the fast ones).
+SPEECH = SpeechConfig(max_rows=4, max_frames=FRAMES, max_prompt_tokens=32, first_chunk_frames=4, chunk_frames=8,
+                      prioritize_frames=False, decodes_in_flight=1)
 
 
 def _speak(demo_ckpt: Path, speech: SpeechConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
