@@ -171,6 +171,8 @@ class StageConfig:
     device: str = "cpu"  # "cpu", "cuda" or "cuda:N"
     dtype: str = "float32"  # float32 | bfloat16 | float16
     linear_dtype: str = "native"  # vision only: one of VISION_LINEAR_DTYPES
+    # torch's CPU threads in this process; 0: one on a CUDA device, the machine's default on CPU (see stage_device)
+    cpu_threads: int = 0
     address: str = ""  # target the gateway dials, e.g. "dns:///thinker.omnimesh.svc:50051"; `omnimesh up` fills it
     server: ServerConfig = field(default_factory=ServerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)  # decoder stages (thinker, talker)
@@ -181,6 +183,8 @@ class StageConfig:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
                "use float32, bfloat16 or float16")
         _check(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "use cpu or cuda[:N]")
+        _check(self.cpu_threads >= 0, "cpu_threads", self.cpu_threads,
+               "use a count >= 1, or 0 for one on a CUDA device and the machine's default on CPU")
         _check(self.linear_dtype in VISION_LINEAR_DTYPES, "linear_dtype", self.linear_dtype,
                f"use one of {', '.join(map(repr, VISION_LINEAR_DTYPES))}")
         _check(self.linear_dtype != "fp8" or (self.device.startswith("cuda") and self.dtype == "bfloat16"),

@@ -23,7 +23,7 @@ SERVICE_NAME = "omnimesh.v1.Audio"
 
 def build_audio_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> AudioService:
     stage = mesh.audio
-    device = stage_device(stage.device)
+    device = stage_device(stage.device, stage.cpu_threads)
     # CUDA graphs: short requests would otherwise wait on Python launching ~400 kernels one by one
     encoder = AudioEncoder.load(model_dir, device=device, dtype=getattr(torch, stage.dtype),
                                 cuda_graphs=device.type == "cuda")

@@ -31,7 +31,7 @@ SERVICE_NAME = "omnimesh.v1.Talker"
 def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> tuple[TalkerService, TalkerModel]:
     stage = mesh.talker
     speech = stage.speech
-    device = stage_device(stage.device)
+    device = stage_device(stage.device, stage.cpu_threads)
     model = load_talker_model(model_dir, device=device, dtype=getattr(torch, stage.dtype))
     runner = build_runner(model, speech)
     thinker_eos = frozenset(Tokenizer.from_dir(model_dir).eos_token_ids) | {model.cfg.thinker_eos}

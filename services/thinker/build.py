@@ -55,7 +55,7 @@ def build_engine(model: ThinkerLM, eng: EngineConfig, device: torch.device, dtyp
 def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> tuple[ThinkerService, ThinkerLM]:
     stage = mesh.thinker
     eng = stage.engine
-    device = stage_device(stage.device)
+    device = stage_device(stage.device, stage.cpu_threads)
     dtype = getattr(torch, stage.dtype)
     model = ThinkerLM.load(model_dir, device=device, dtype=dtype)
     parts = build_engine(model, eng, device, dtype)

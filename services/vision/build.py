@@ -32,8 +32,8 @@ def stage_info(service: VisionService, mesh: MeshConfig, replica: str) -> common
 
 async def build_vision(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
     stage = mesh.vision
-    encoder = VisionEncoder.load(model_dir, stage_device(stage.device), getattr(torch, stage.dtype),
-                                 linear_dtype=stage.linear_dtype)
+    device = stage_device(stage.device, stage.cpu_threads)
+    encoder = VisionEncoder.load(model_dir, device, getattr(torch, stage.dtype), linear_dtype=stage.linear_dtype)
     service = VisionService(encoder, server.metrics, stage.encoder)
     log.info("vision: tower of %d blocks on %s %s (%s attention, %s block linears), %d patches per forward, %d per "
              "request", encoder.tower.cfg.depth, encoder.tower.device, stage.dtype, encoder.tower.attention_backend,

@@ -46,6 +46,7 @@ from runtime.config import (
     (StageConfig, {"device": "tpu"}, "device"),
     (StageConfig, {"linear_dtype": "int8"}, "linear_dtype"),
     (StageConfig, {"linear_dtype": "fp8"}, "linear_dtype"),  # on the default cpu, float32
+    (StageConfig, {"cpu_threads": -1}, "cpu_threads"),
     (SamplingDefaults, {"temperature": -0.5}, "temperature"),
     (SamplingDefaults, {"top_p": 0.0}, "top_p"),
     (SamplingDefaults, {"top_p": 1.5}, "top_p"),

@@ -1,4 +1,5 @@
-"""A stage's configured device becomes the process's current CUDA device (Triton and graph captures follow it)."""
+"""A stage's configured device becomes the process's current CUDA device (Triton and graph captures follow it), and
+its CPU threads follow `cpu_threads` (one by default on CUDA, where an idle OpenMP pool only spins)."""
 import pytest
 import torch
 
@@ -7,8 +8,32 @@ from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference
 from runtime.stage_device import stage_device
 
 
-def test_cpu_device_is_returned_as_named():
+@pytest.fixture
+def torch_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_cpu_device_is_returned_as_named_and_keeps_the_default_threads(torch_threads):
+    torch.set_num_threads(2)
     assert stage_device("cpu") == torch.device("cpu")
+    assert torch.get_num_threads() == 2
+
+
+def test_cpu_threads_caps_torchs_threads(torch_threads):
+    torch.set_num_threads(2)
+    stage_device("cpu", cpu_threads=1)
+    assert torch.get_num_threads() == 1
+
+
+@pytest.mark.gpu
+def test_a_cuda_stage_takes_one_cpu_thread_unless_told_otherwise(torch_threads):
+    torch.set_num_threads(4)
+    stage_device("cuda")
+    assert torch.get_num_threads() == 1
+    stage_device("cuda", cpu_threads=3)
+    assert torch.get_num_threads() == 3
 
 
 @pytest.mark.gpu

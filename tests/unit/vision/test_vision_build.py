@@ -36,7 +36,8 @@ def test_stage_linear_dtype_reaches_the_encoder(monkeypatch: pytest.MonkeyPatch,
         raise LoadCalled
 
     monkeypatch.setattr(build.VisionEncoder, "load", load)
-    monkeypatch.setattr(build, "stage_device", torch.device)  # no CUDA here: the name is all this test follows
+    # no CUDA here: the name is all this test follows
+    monkeypatch.setattr(build, "stage_device", lambda name, cpu_threads: torch.device(name))
     mesh = load_mesh_config(None, {"vision.device": "cuda", "vision.dtype": "bfloat16", "vision.linear_dtype": "fp8"})
     with pytest.raises(LoadCalled):
         build_stage(mesh, tmp_path)
