@@ -5,11 +5,13 @@ from collections.abc import Callable
 
 from runtime.engine.engine import StepStats
 from runtime.engine.scheduler import Scheduler
+from runtime.engine.slow_steps import SlowStepLog
 from runtime.metrics import Metrics
 
 
 def bind_engine_metrics(metrics: Metrics, scheduler: Scheduler) -> Callable[[StepStats], None]:
-    """Gauges read the scheduler when scraped (so an abort between steps shows at once); returns the step hook."""
+    """Gauges read the scheduler when scraped (so an abort between steps shows at once); returns the step hook, which
+    also warns about slow steps (SlowStepLog)."""
     metrics.get("omnimesh_queue_depth").set_function(lambda: len(scheduler.waiting))
     metrics.get("omnimesh_requests_running").set_function(lambda: len(scheduler.running))
     metrics.get("omnimesh_kv_usage_ratio").set_function(lambda: scheduler.blocks.usage_ratio)
@@ -18,6 +20,7 @@ def bind_engine_metrics(metrics: Metrics, scheduler: Scheduler) -> Callable[[Ste
     batch_tokens = metrics.get("omnimesh_batch_tokens")
     prefix_queries = metrics.get("omnimesh_prefix_cache_queries_total")
     prefix_hits = metrics.get("omnimesh_prefix_cache_hits_total")
+    slow = SlowStepLog(metrics.stage)
 
     def record(stats: StepStats) -> None:
         step_time.observe(stats.seconds)
@@ -25,5 +28,6 @@ def bind_engine_metrics(metrics: Metrics, scheduler: Scheduler) -> Callable[[Ste
         batch_tokens.observe(stats.num_tokens)
         prefix_queries.inc(stats.prefix_queried_tokens)
         prefix_hits.inc(stats.prefix_hit_tokens)
+        slow(stats)
 
     return record
