@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from runtime.engine.sampling_params import SamplingOptions
+from runtime.kernels._backend import triton_importable
 from runtime.transfer import to_device, to_host
 
 MAX_TOP_LOGPROBS = 20
@@ -127,10 +128,14 @@ def _mask_sorted(sorted_logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return sorted_logits.masked_fill(drop, float("-inf"))
 
 
-def _filter_knobs(options: list[SamplingOptions], device: torch.device) -> tuple[torch.Tensor, ...]:
-    """Each row's (top_k, top_p, min_p) on `device`, in one upload: top_k [B] long, the others [B] float32."""
-    knobs = to_device(torch.tensor([[o.top_k, o.top_p, o.min_p] for o in options], dtype=torch.float32), device)
-    return knobs[:, 0].long(), knobs[:, 1], knobs[:, 2]
+def _knob_table(options: list[SamplingOptions], device: torch.device) -> torch.Tensor:
+    """Each row's (top_k, top_p, min_p) on `device` as one [B, 3] float32 table, in one upload."""
+    return to_device(torch.tensor([[o.top_k, o.top_p, o.min_p] for o in options], dtype=torch.float32), device)
+
+
+def _split_knobs(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A `_knob_table` as _mask_sorted takes it: top_k [B] long, top_p and min_p [B] float32."""
+    return table[:, 0].long(), table[:, 1], table[:, 2]
 
 
 def _draws_among_top(options: SamplingOptions) -> bool:
@@ -145,17 +150,29 @@ def _draw_among_top(scaled: torch.Tensor, options: list[SamplingOptions],
     """Tokens for rows that draw among their NARROW_TOP_K best: `scaled` [N, V] (penalised, over temperature) ->
     [N]. The same distribution as the full path (top-k, then top-p and min-p on it), from a top-k of the vocabulary
     instead of a sort of it, and one exponential race over NARROW_TOP_K values per row (a fixed count: a row's
-    stream advances alike in any batch)."""
+    stream advances alike in any batch). On CUDA the masks and the race are one Triton launch (top_draw_triton)."""
     # [N, K], descending; K is the same for every batch of a model (its vocabulary is wider in any real one)
     values, ids = torch.topk(scaled, min(NARROW_TOP_K, scaled.shape[-1]), dim=-1)
-    kept = _mask_sorted(values, *_filter_knobs(options, scaled.device))
-    draws = torch.empty_like(kept).exponential_()  # the unseeded rows' draws, one launch
+    knobs = _knob_table(options, scaled.device)
+    draws = torch.empty_like(values).exponential_()  # the unseeded rows' draws, one launch
     for row, generator in enumerate(generators):
         if generator is not None:
             draws[row].exponential_(generator=generator)
+    if scaled.is_cuda and triton_importable():
+        from runtime.engine.top_draw_triton import draw_among_top_triton  # imports triton
+
+        return draw_among_top_triton(values, ids, knobs, draws, scaled.shape[-1])
+    return draw_among_top_reference(values, ids, knobs, draws, scaled.shape[-1])
+
+
+def draw_among_top_reference(values: torch.Tensor, ids: torch.Tensor, knobs: torch.Tensor, draws: torch.Tensor,
+                             vocab: int) -> torch.Tensor:
+    """The narrow path's draw in torch: `values`/`ids` [N, K] a descending top-k of the scaled logits, `knobs` a
+    `_knob_table`, `draws` [N, K] each row's exponentials in stream order -> tokens [N]."""
+    kept = _mask_sorted(values, *_split_knobs(knobs))
     # The r-th draw goes to the kept token with the r-th smallest id, not to rank r: tied logits may come out of
     # topk in another order for another batch shape, and a token's draw must not depend on that.
-    by_id = torch.where(torch.isfinite(kept), ids, scaled.shape[-1]).argsort(dim=-1)
+    by_id = torch.where(torch.isfinite(kept), ids, vocab).argsort(dim=-1, stable=True)
     noise = torch.empty_like(draws).scatter_(1, by_id, draws)
     # Exponential race: argmax(p / E) with E ~ Exp(1) is a draw from p; softmax's sum cancels in the argmax
     picked = torch.argmax(torch.softmax(kept, dim=-1) / noise, dim=-1)
@@ -191,7 +208,7 @@ def launch_sample(logits: torch.Tensor, options: list[SamplingOptions], generato
     if sampled_rows:
         greedy = to_device(torch.tensor([o.is_greedy for o in options]), device)
         # Greedy rows are scored on the unfiltered distribution: their logprobs are the model's (after penalties).
-        final = torch.where(greedy.unsqueeze(1), scaled, _filter(scaled, *_filter_knobs(options, device)))
+        final = torch.where(greedy.unsqueeze(1), scaled, _filter(scaled, *_split_knobs(_knob_table(options, device))))
     if len(narrow) == len(options):  # the common sampled batch: every row on the model's defaults
         tokens = _draw_among_top(scaled, options, generators)
     else:
