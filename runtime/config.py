@@ -136,9 +136,6 @@ class SpeechConfig:
     # fill the SMs the frames leave idle instead of slowing them. Two H200s, c=32: 4 in flight alone 207 audio-s/s,
     # with this 232-238, neither 212-223 (bench/talker/NOTES.md)
     prioritize_frames: bool = True
-    # each decoder layer's residual add + RMSNorm computed inside the q/k/v and gate/up skinny GEMMs of the frame
-    # (up to 8 rows; ~190 fewer launches a frame): off until measured on a GPU (bench/talker/NOTES.md)
-    fused_norm_gemms: bool = False
     temperature: float = 0.9  # talker (codebook 0); 0 is greedy
     top_k: int = 50
     top_p: float = 1.0

@@ -4,8 +4,8 @@
     python bench/talker/bench_talker.py --tiny --out /tmp/talker_tiny.json              # CPU smoke test (demo dims)
 
 Engine-free numbers of `TalkerRunner.step` and `start_many` (the prefill): the plain PyTorch reference loop
-("eager") and the service's GPU path, replayed as CUDA graphs ("graphs"; "graphs-fused-norms" with the layers' norms
-inside their q/k/v and gate/up GEMMs). Codec EOS is suppressed so every row runs every frame.
+("eager") and the service's GPU path, replayed as CUDA graphs ("graphs"). Codec EOS is suppressed so every row
+runs every frame.
 """
 from __future__ import annotations
 
@@ -84,16 +84,13 @@ def prompt(i: int, words: int) -> SpeechPrompt:
 
 
 def bench_talker(
-    model: TalkerModel, batch: int, warmup: int, steps: int, device: str, path: str
+    model: TalkerModel, batch: int, warmup: int, steps: int, device: str, fast: bool
 ) -> dict[str, float]:
     """ms per `TalkerRunner.step` (code predictor for every row + one talker forward) at a fixed batch.
 
-    `path`: "graphs", the fused frame step replayed as CUDA graphs (the service's GPU path); "graphs-fused-norms",
-    the same with the norms inside the q/k/v and gate/up GEMMs (`speech.fused_norm_gemms`); "eager", the reference.
+    `fast`: the fused frame step replayed as CUDA graphs (the service's GPU path); else the reference loop.
     """
-    fast = path != "eager"
-    runner = TalkerRunner(model, batch, 32 + 9 + warmup + steps + 2, fast=fast, cuda_graphs=fast,
-                          fuse_norms=path == "graphs-fused-norms")
+    runner = TalkerRunner(model, batch, 32 + 9 + warmup + steps + 2, fast=fast, cuda_graphs=fast)
     runner.capture_graphs()
     runner.suppress[model.cfg.tokens.codec_eos] = True  # keep the batch full
     states = [runner.start(prompt(i, 20), 500 + i, TalkerSampling(seed=i), max_frames=10**6) for i in range(batch)]
@@ -109,7 +106,7 @@ def bench_talker(
     sync(device)
     seconds = time.perf_counter() - start
     frames_per_s = batch * steps / seconds
-    return {"batch": batch, "path": path, "ms_per_step": 1e3 * seconds / steps,
+    return {"batch": batch, "path": "graphs" if fast else "eager", "ms_per_step": 1e3 * seconds / steps,
             "frames_per_s": frames_per_s,
             "audio_s_per_s": frames_per_s / FRAMES_PER_SECOND}  # fmt: skip
 
@@ -198,23 +195,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tiny", action="store_true", help="demo-checkpoint dims on CPU, fp32: a smoke test")
     parser.add_argument("--batches", type=int, nargs="+", default=None, help="talker batch sizes (default 1 8 32)")
     parser.add_argument("--steps", type=int, default=None, help="measured talker steps per batch size")
-    parser.add_argument("--paths", nargs="+", choices=("eager", "graphs", "graphs-fused-norms"), default=None,
+    parser.add_argument("--paths", nargs="+", choices=("eager", "graphs"), default=None,
                         help="talker step paths to time (default: both on CUDA, eager on CPU)")
     args = parser.parse_args(argv)
     args.argv = argv or []
     device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
     dtype = torch.float32 if args.tiny else torch.bfloat16
     cfg = parse_talker_config(demo_config() if args.tiny else real_config())
-    paths = args.paths or (["eager"] if device == "cpu" else ["eager", "graphs"])
+    paths = [p == "graphs" for p in (args.paths or (["eager"] if device == "cpu" else ["eager", "graphs"]))]
     batches = args.batches or ([1, 2] if args.tiny else [1, 8, 32])
     steps = args.steps or (3 if args.tiny else 50)
     torch.manual_seed(0)
     model = random_model(cfg, device, dtype)
     with torch.no_grad():
         warmup = 2 if args.tiny else 10
-        talker = [bench_talker(model, b, warmup, steps, device, path) for b in batches for path in paths]
-        prefill = [bench_prefill(model, b, 20, 3 if args.tiny else 10, device, fast)  # the norms fuse in frames only
-                   for b in batches for fast in dict.fromkeys(path != "eager" for path in paths)]
+        talker = [bench_talker(model, b, warmup, steps, device, fast) for b in batches for fast in paths]
+        prefill = [bench_prefill(model, b, 20, 3 if args.tiny else 10, device, fast) for b in batches for fast in paths]
         chunks = 2 if args.tiny else 8
         code2wav = [bench_code2wav(model, b, c, 11, chunks, device) for b in batches for c in (4, 25)]
     result = {**provenance(device, args), "dtype": str(dtype), "dims": asdict(cfg.lm), "talker": talker,

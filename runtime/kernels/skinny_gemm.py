@@ -14,10 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from runtime.kernels._backend import next_power_of_2, use_triton
-from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference
 
-__all__ = ["SKINNY_MAX_ROWS", "Epilogue", "NormedLinear", "RowNorm", "SkinnyConfig", "check_config", "skinny_config",
-           "skinny_linear", "skinny_linear_reference", "skinny_norm_linear", "split_plan"]
+__all__ = ["SKINNY_MAX_ROWS", "Epilogue", "SkinnyConfig", "check_config", "skinny_config", "skinny_linear",
+           "skinny_linear_reference", "split_plan"]
 
 SKINNY_MAX_ROWS = 16  # the kernel pads the rows to one 16-row MMA tile; more rows belong to a real GEMM
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -32,20 +31,6 @@ class Epilogue(enum.IntEnum):
 
     SILU_MUL = 1  # W is [gate; up] (2I, K), rows stacked as in the fused gate_up weights: silu(x@Wg^T) * (x@Wu^T)
     RESIDUAL = 2  # residual + x @ W^T, residual (M, N)
-
-
-class RowNorm(NamedTuple):
-    """The RMSNorm a launch applies to its input rows first (`skinny_norm_linear`)."""
-
-    weight: torch.Tensor  # (K,)
-    eps: float
-    residual: torch.Tensor | None = None  # (M, K) added to x before the norm
-    sum_out: torch.Tensor | None = None  # (M, K): receives x + residual (with `residual`)
-
-
-class NormedLinear(NamedTuple):
-    out: torch.Tensor  # the linear (and epilogue) of RMSNorm(x + residual) * weight
-    residual: torch.Tensor  # x + residual, the residual stream after this add (x itself without one)
 
 
 class SkinnyConfig(NamedTuple):
@@ -175,34 +160,3 @@ def skinny_linear(
 
         return skinny_gemm_triton(x, weight, epilogue, residual, config)
     return skinny_linear_reference(x, weight, epilogue, residual)
-
-
-def skinny_norm_linear(
-    x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
-    epilogue: Epilogue | None = None, config: SkinnyConfig | None = None,
-) -> NormedLinear:
-    """`fused_add_rmsnorm(x, residual, norm_weight, eps)` and `skinny_linear` of its output in one launch (a
-    decoder layer's norm and the q/k/v or gate/up GEMM after it): on CUDA in bf16/fp16 every program computes its
-    rows' norms itself, so the normed rows never go to memory; the references otherwise. `epilogue`: None or
-    SILU_MUL. Rows, dtypes and devices as `skinny_linear`; residual (M, K) like x; norm_weight (K,)."""
-    if epilogue is Epilogue.RESIDUAL:
-        raise ValueError("skinny_norm_linear takes epilogue None or SILU_MUL")
-    _check_inputs(x, weight, epilogue, None)
-    k = x.shape[1]
-    if tuple(norm_weight.shape) != (k,) or norm_weight.dtype != x.dtype or norm_weight.device != x.device:
-        raise ValueError(f"norm_weight must be ({k},) {x.dtype} on {x.device}; got {tuple(norm_weight.shape)} "
-                         f"{norm_weight.dtype} on {norm_weight.device}")
-    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype
-                                 or residual.device != x.device or (residual.stride(1) != 1 and k > 1)):
-        raise ValueError(f"residual must be like x, {tuple(x.shape)} {x.dtype} on {x.device} with unit stride along "
-                         f"K; got {tuple(residual.shape)} {residual.dtype} on {residual.device}")
-    if config is not None:
-        check_config(config)
-    if use_triton(x, weight, norm_weight) and x.numel() and weight.numel():
-        from runtime.kernels.skinny_gemm_triton import skinny_gemm_triton  # imports triton
-
-        summed = torch.empty_like(x) if residual is not None else x
-        norm = RowNorm(norm_weight, eps, residual, summed if residual is not None else None)
-        return NormedLinear(skinny_gemm_triton(x, weight, epilogue, None, config, norm), summed)
-    normed, summed = add_rmsnorm_reference(x, residual, norm_weight, eps)
-    return NormedLinear(skinny_linear_reference(normed, weight, epilogue), summed)

@@ -7,8 +7,7 @@ import triton
 import triton.language as tl
 
 from runtime.kernels.paged_attention_triton import num_sms
-from runtime.kernels.skinny_gemm import (SKINNY_MAX_ROWS, Epilogue, RowNorm, SkinnyConfig, skinny_config,
-                                         split_plan)
+from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, SkinnyConfig, skinny_config, split_plan
 
 # Split-K launches count their programs' arrivals per output tile here; a tile's last program resets its counter.
 MAX_SPLIT_TILES = 4096
@@ -28,44 +27,20 @@ def _finish(acc, acc_up, out_ptr, res_ptr, rows, cols, mask, stride_om, stride_r
     tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _row_inv_rms(x_ptr, nres_ptr, sum_ptr, rows, row_ok, K, eps, stride_xm, stride_nrm, stride_sm, write_sum,
-                 BLOCK_K: tl.constexpr, ROWS: tl.constexpr, NORM_RES: tl.constexpr):
-    """1 / rms(h) of each row over all of K, h = x (+ the norm's residual, rounded to x's dtype as the model's
-    residual stream is); the program with `write_sum` stores h for the next layer's residual."""
-    offs_k = tl.arange(0, BLOCK_K)
-    squares = tl.zeros([ROWS], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + offs_k
-        mask = row_ok[:, None] & (cols < K)[None, :]
-        h = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)
-        if NORM_RES:
-            r = tl.load(nres_ptr + rows[:, None] * stride_nrm + cols[None, :], mask=mask, other=0.0)
-            h = (h.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
-            tl.store(sum_ptr + rows[:, None] * stride_sm + cols[None, :], h, mask=mask & write_sum)
-        hf = h.to(tl.float32)
-        squares += tl.sum(hf * hf, axis=1)
-    return tl.rsqrt(squares / K + eps)
-
-
 @triton.jit(do_not_specialize=["M"])  # one compile for every row count
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, out_ptr, res_ptr, part_ptr, counter_ptr, nw_ptr, nres_ptr, sum_ptr,
-    M, N, K, k_per_split, eps,
-    stride_xm, stride_om, stride_rm, stride_ps, stride_pm, stride_nrm, stride_sm,
+    x_ptr, w_ptr, out_ptr, res_ptr, part_ptr, counter_ptr,
+    M, N, K, k_per_split,
+    stride_xm, stride_om, stride_rm, stride_ps, stride_pm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     EVEN_K: tl.constexpr, EPILOGUE: tl.constexpr, PRECISION: tl.constexpr,
-    NORM: tl.constexpr, NORM_RES: tl.constexpr,
 ):
     """Program (split, tile): outputs [tile * BLOCK_N, +BLOCK_N) of every row, over K [split * k_per_split, + that).
 
     The M rows are the MMA tile's first rows (the rest masked to zero), so each weight element is loaded by one
     program only. With SILU_MUL output n takes weight rows n (gate) and N + n (up) in the same loop. With splits,
     each program stores its fp32 partials [SPLIT_K, M, weight rows] and counts its arrival; the tile's last program
-    adds the SPLIT_K partials in split order (deterministic, no float atomics) and runs the epilogue.
-    With NORM the input is RMSNorm(x (+ residual)) * norm weight, as `add_rmsnorm_reference` rounds it: each
-    program first reads its rows over all of K for their norms (at most 16 rows: a few KB from L2), and program
-    (0, 0) stores x + residual."""
+    adds the SPLIT_K partials in split order (deterministic, no float atomics) and runs the epilogue."""
     split = tl.program_id(0)
     tile = tl.program_id(1)
     rows = tl.arange(0, ROWS)
@@ -75,11 +50,7 @@ def _skinny_gemm_kernel(
     k_lo = split * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)
     offs_k = tl.arange(0, BLOCK_K)
-    if NORM:
-        inv_rms = _row_inv_rms(x_ptr, nres_ptr, sum_ptr, rows, row_ok, K, eps, stride_xm, stride_nrm, stride_sm,
-                               (split == 0) & (tile == 0), BLOCK_K, ROWS, NORM_RES)
     x_ptrs = x_ptr + rows[:, None] * stride_xm + (k_lo + offs_k)[None, :]  # [ROWS, BLOCK_K]
-    nres_ptrs = nres_ptr + rows[:, None] * stride_nrm + (k_lo + offs_k)[None, :]
     w_ptrs = w_ptr + cols[None, :].to(tl.int64) * K + (k_lo + offs_k)[:, None]  # [BLOCK_K, BLOCK_N]: W^T's tile
     up_ptrs = w_ptr + (cols + N)[None, :].to(tl.int64) * K + (k_lo + offs_k)[:, None]
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
@@ -93,15 +64,6 @@ def _skinny_gemm_kernel(
             x_mask = row_ok[:, None] & k_ok[None, :]
             w_mask = k_ok[:, None] & col_ok[None, :]
         a = tl.load(x_ptrs, mask=x_mask, other=0.0)
-        if NORM:
-            if NORM_RES:
-                r = tl.load(nres_ptrs, mask=x_mask, other=0.0)
-                a = (a.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
-                nres_ptrs += BLOCK_K
-            a = (a.to(tl.float32) * inv_rms[:, None]).to(x_ptr.dtype.element_ty)
-            k_ok_n = (k0 + offs_k) < K
-            nw = tl.load(nw_ptr + k0 + offs_k, mask=k_ok_n, other=0.0)
-            a = (nw[None, :].to(tl.float32) * a.to(tl.float32)).to(x_ptr.dtype.element_ty)
         acc = tl.dot(a, tl.load(w_ptrs, mask=w_mask, other=0.0), acc, input_precision=PRECISION)
         if EPILOGUE == SILU_MUL:
             acc_up = tl.dot(a, tl.load(up_ptrs, mask=w_mask, other=0.0), acc_up, input_precision=PRECISION)
@@ -145,11 +107,10 @@ def arrival_counters(device: torch.device, capturing: bool) -> torch.Tensor:
 
 def skinny_gemm_triton(
     x: torch.Tensor, weight: torch.Tensor, epilogue: Epilogue | None = None, residual: torch.Tensor | None = None,
-    config: SkinnyConfig | None = None, norm: RowNorm | None = None,
+    config: SkinnyConfig | None = None,
 ) -> torch.Tensor:
     """`skinny_linear_reference` in one launch, inputs as `skinny_linear` checks them (any float dtype: fp32 for
-    the interpreter tests); `config` None takes `skinny_config`'s. With `norm` the input is its RMSNorm of x (plus
-    its residual, x + residual stored into its `sum_out`), as `skinny_norm_linear` checks them."""
+    the interpreter tests); `config` None takes `skinny_config`'s."""
     rows, k = x.shape
     weight_rows = weight.shape[0]
     n = weight_rows // 2 if epilogue is Epilogue.SILU_MUL else weight_rows
@@ -166,18 +127,13 @@ def skinny_gemm_triton(
         parts = torch.empty(plan.splits, rows, weight_rows, dtype=torch.float32, device=x.device)
         counters = arrival_counters(x.device, x.is_cuda and torch.cuda.is_current_stream_capturing())
     res = residual if residual is not None else out
-    norm_weight = norm.weight if norm is not None else x
-    norm_res = norm.residual if norm is not None and norm.residual is not None else x
-    sum_out = norm.sum_out if norm is not None and norm.sum_out is not None else x
     _skinny_gemm_kernel[(plan.splits, tiles)](
-        x, weight, out, res, parts, counters, norm_weight, norm_res, sum_out,
-        rows, n, k, plan.k_per_split, norm.eps if norm is not None else 0.0,
-        x.stride(0), out.stride(0), res.stride(0), parts.stride(0), parts.stride(-2), norm_res.stride(0),
-        sum_out.stride(0),
+        x, weight, out, res, parts, counters,
+        rows, n, k, plan.k_per_split,
+        x.stride(0), out.stride(0), res.stride(0), parts.stride(0), parts.stride(-2),
         ROWS=SKINNY_MAX_ROWS, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=plan.splits,
         EVEN_K=k % config.block_k == 0, EPILOGUE=int(epilogue or 0),
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        NORM=norm is not None, NORM_RES=norm is not None and norm.residual is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out

@@ -50,7 +50,7 @@ def build_runner(model: TalkerModel, speech: SpeechConfig) -> TalkerRunner:
     fast = speech.cuda_graphs and model.device.type == "cuda" and model.dtype in (torch.bfloat16, torch.float16)
     model.lm.use_grouped_mm(fast)  # grouped GEMMs instead of a loop over experts: no host sync, so capturable
     runner = TalkerRunner(model, speech.max_rows, capacity, fast=fast, cuda_graphs=fast,
-                          prefill_tokens=speech.max_prefill_tokens, fuse_norms=speech.fused_norm_gemms)
+                          prefill_tokens=speech.max_prefill_tokens)
     runner.capture_graphs()
     receptive = model.code2wav.conv_receptive_frames()
     if speech.left_context_frames < receptive:

@@ -30,7 +30,7 @@ from runtime.kernels._backend import triton_importable
 from runtime.kernels.activation import silu_mul
 from runtime.kernels.fused_moe import routed_moe
 from runtime.kernels.rmsnorm import fused_add_rmsnorm_router, qk_norm_rope_cache
-from runtime.kernels.skinny_gemm import Epilogue, NormedLinear, skinny_linear, skinny_norm_linear
+from runtime.kernels.skinny_gemm import skinny_linear
 from services.talker.model.fused import AttentionWeights, SharedExpertWeights, predictor_weights, talker_weights
 from services.talker.model.kv import KVPool
 from services.talker.model.layers import rope_cos_sin
@@ -118,29 +118,15 @@ class FrameOutputs:
 
 
 class DecodeLinear:
-    """F.linear, or, when `enabled` (on CUDA), the skinny GEMM for at most SKINNY_ROWS rows (see SKINNY_ROWS).
+    """F.linear, or, when `enabled` (on CUDA), the skinny GEMM for at most SKINNY_ROWS rows (see SKINNY_ROWS)."""
 
-    `norm_linear` is a decoder layer's residual add + RMSNorm and the GEMM after it: with `fuse_norms` (and the
-    skinny GEMM's rows) one launch that norms its rows itself, else `fused_add_rmsnorm`, then F.linear (and
-    silu_mul for a gate/up weight): the same maths, one kernel and one trip of the normed rows through memory less."""
-
-    def __init__(self, enabled: bool, fuse_norms: bool = False) -> None:
+    def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.fuse_norms = enabled and fuse_norms
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if self.enabled and x.shape[0] <= SKINNY_ROWS:
             return skinny_linear(x, weight)
         return F.linear(x, weight)
-
-    def norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-                    weight: torch.Tensor, gate_up: bool = False) -> NormedLinear:
-        """(linear of RMSNorm(x + residual) * norm_weight, silu(gate) * up of it when `gate_up`; x + residual)."""
-        if self.fuse_norms and x.shape[0] <= SKINNY_ROWS:
-            return skinny_norm_linear(x, residual, norm_weight, eps, weight, Epilogue.SILU_MUL if gate_up else None)
-        normed, summed = fused_add_rmsnorm(x, residual, norm_weight, eps)
-        out = F.linear(normed, weight)
-        return NormedLinear(silu_mul(out) if gate_up else out, summed)
 
 
 @dataclass(frozen=True)
@@ -218,8 +204,7 @@ class _Picker:
 class FrameStep:
     """Holds the fused weights and reads/writes the runner's slot tables; `__call__` runs one frame for a batch."""
 
-    def __init__(self, model: TalkerModel, kv: KVPool, tables: SlotTables, suppress: torch.Tensor,
-                 fuse_norms: bool = False) -> None:
+    def __init__(self, model: TalkerModel, kv: KVPool, tables: SlotTables, suppress: torch.Tensor) -> None:
         self.model = model
         self.kv = kv
         self.tables = tables
@@ -236,7 +221,7 @@ class FrameStep:
         # the predictor's rotary table over its block's positions (every row sits at the same ones)
         self.predictor_rope = rope_cos_sin(torch.arange(PREDICTOR_BLOCK, device=model.device),
                                            model.predictor.inv_freq, model.dtype)
-        self.linear = DecodeLinear(model.device.type == "cuda", fuse_norms)
+        self.linear = DecodeLinear(model.device.type == "cuda")
         self._plans: dict[int, _BatchPlan] = {}
 
     def __call__(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
@@ -314,12 +299,12 @@ class FrameStep:
         h, residual = x.reshape(batch * steps, dim), None
         for w, kv_cache in zip(self.predictor, self.predictor_kv):
             a = w.attn
-            qkv, residual = self.linear.norm_linear(h, residual, a.input_norm, a.eps, a.qkv)
-            q = _attention_query(qkv, a, step.cos, step.sin, kv_cache, step.slots)
+            normed, residual = fused_add_rmsnorm(h, residual, a.input_norm, a.eps)
+            q = _attention_query(normed, a, step.cos, step.sin, kv_cache, step.slots)
             out = paged_attention(q, kv_cache, block_tables, step.kv_lens, step.cu_seqlens, steps)
             out = self.linear(out.reshape(batch * steps, -1), a.o)
-            act, residual = self.linear.norm_linear(out, residual, a.post_norm, a.eps, w.gate_up, gate_up=True)
-            h = self.linear(act, w.down)
+            normed, residual = fused_add_rmsnorm(out, residual, a.post_norm, a.eps)
+            h = self.linear(silu_mul(F.linear(normed, w.gate_up)), w.down)
         last = lambda t: t.view(batch, steps, dim)[:, -1]  # noqa: E731 - the norm is per token: only the last one
         return fused_add_rmsnorm(last(h), last(residual), predictor.norm.weight, predictor.norm.eps).normed
 
@@ -337,8 +322,8 @@ class FrameStep:
         h, residual = x, None
         for i, w in enumerate(self.talker):
             a = w.attn
-            qkv, residual = self.linear.norm_linear(h, residual, a.input_norm, a.eps, a.qkv)
-            q = _attention_query(qkv, a, cos, sin, kv.layers[i], write_at)
+            normed, residual = fused_add_rmsnorm(h, residual, a.input_norm, a.eps)
+            q = _attention_query(normed, a, cos, sin, kv.layers[i], write_at)
             out = paged_attention(q, kv.layers[i], tables, kv_lens, plan.decode_cu_seqlens, 1)  # (B, Hq, D)
             out = self.linear(out.reshape(x.shape[0], -1), a.o)
             normed, residual, router_logits = fused_add_rmsnorm_router(out, residual, a.post_norm, w.router, a.eps)
@@ -356,13 +341,14 @@ class FrameStep:
 
 
 def _attention_query(
-    qkv: torch.Tensor, a: AttentionWeights, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor,
+    x: torch.Tensor, a: AttentionWeights, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor,
     slots: torch.Tensor,
 ) -> torch.Tensor:
-    """The q/k/v GEMM's output `(T, q + k + v widths)` -> normed, rotated q `(T, Hq, D)`; the normed, rotated k and
-    v are stored at their flat `slots` of `kv_cache` in the same launch (on CPU: the reference norm, rope and write)."""
-    tokens = qkv.shape[0]
+    """x `(T, hidden)` -> normed, rotated q `(T, Hq, D)` from one q/k/v GEMM; the normed, rotated k and v are stored
+    at their flat `slots` of `kv_cache` in the same launch (on CPU: the reference norm, rope and write)."""
+    tokens = x.shape[0]
     q_width, kv_width = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+    qkv = F.linear(x, a.qkv)
     q = qkv[:, :q_width].view(tokens, a.num_heads, a.head_dim)
     k = qkv[:, q_width:q_width + kv_width].view(tokens, a.num_kv_heads, a.head_dim)
     v = qkv[:, q_width + kv_width:].view(tokens, a.num_kv_heads, a.head_dim)

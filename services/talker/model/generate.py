@@ -53,7 +53,7 @@ class TalkerRunner:
 
     def __init__(
         self, model: TalkerModel, max_rows: int, max_len: int, record_margins: bool = False,
-        fast: bool = False, cuda_graphs: bool = False, prefill_tokens: int = 4096, fuse_norms: bool = False,
+        fast: bool = False, cuda_graphs: bool = False, prefill_tokens: int = 4096,
     ) -> None:  # fmt: skip
         self.model = model
         self.kv = model.lm.new_kv(max_rows, max_len)
@@ -77,7 +77,7 @@ class TalkerRunner:
         # launches a frame before reading the last one's codes: `step(..., ahead=True)`)
         self._pending: deque[_Pending] = deque()
         if fast:
-            step = FrameStep(model, self.kv, self.tables, self.suppress, fuse_norms)
+            step = FrameStep(model, self.kv, self.tables, self.suppress)
             capture = cuda_graphs and model.device.type == "cuda"
             self.frames = FrameGraphs(step, batch_buckets(max_rows), capture=capture)
             self.prefills = PrefillGraphs(model.lm, self.kv, batch_buckets(max_rows), prefill_tokens, capture)

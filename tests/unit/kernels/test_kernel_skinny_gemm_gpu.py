@@ -105,25 +105,3 @@ def test_cuda_graph_replay_equals_eager_calls() -> None:
         torch.cuda.synchronize()
         for got, want in zip(captured, run()):
             assert torch.equal(got, want), step
-
-
-@pytest.mark.parametrize("rows", [1, 8, 16])
-@pytest.mark.parametrize("weight_rows, epilogue", [(4096, None), (6144, Epilogue.SILU_MUL), (2560, None)])
-def test_norm_first_matches_the_separate_norm(rows: int, weight_rows: int, epilogue: Epilogue | None) -> None:
-    """skinny_norm_linear against fused_add_rmsnorm then skinny_linear (the frame's unfused path): the residual sum
-    exactly; the outputs as close to the fp32 reference of the same norm as the unfused path is."""
-    from runtime.kernels.rmsnorm import fused_add_rmsnorm
-    from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference
-    from runtime.kernels.skinny_gemm import skinny_norm_linear
-
-    x, w = operands(rows, weight_rows, 1024, seed=rows)
-    gen = torch.Generator().manual_seed(7)
-    residual = torch.randn(rows, 1024, generator=gen).to("cuda", BF16)
-    norm_w = (1 + torch.randn(1024, generator=gen) / 4).to("cuda", BF16)
-    fused = skinny_norm_linear(x, residual, norm_w, 1e-6, w, epilogue)
-    normed, summed = fused_add_rmsnorm(x, residual, norm_w, 1e-6)
-    apart = skinny_linear(normed, w, epilogue)
-    ref_normed, _ = add_rmsnorm_reference(x.float(), residual.float(), norm_w.float(), 1e-6)
-    ref = skinny_linear_reference(ref_normed, w.float(), epilogue)
-    assert torch.equal(fused.residual, summed)
-    assert rel_err(fused.out, ref) <= rel_err(apart, ref) * 1.1 + 1e-3

@@ -7,10 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from runtime.kernels.activation import silu_mul_reference
-from runtime.kernels.rmsnorm import fused_add_rmsnorm
 from runtime.kernels.skinny_gemm import (
     MAX_SPLIT_K, MIN_SPLIT_K, SKINNY_MAX_ROWS, Epilogue, SkinnyConfig, check_config, skinny_config, skinny_linear,
-    skinny_linear_reference, skinny_norm_linear, split_plan,
+    skinny_linear_reference, split_plan,
 )
 
 H200_SMS = 132
@@ -121,31 +120,3 @@ def test_default_tiling_fills_the_h200(weight_rows: int, k: int, epilogue: Epilo
     stage = (SKINNY_MAX_ROWS + halves * cfg.block_n) * cfg.block_k * 2
     # Triton's pipeline keeps num_stages - 1 steps in shared memory (sm_90: 228 KB an SM)
     assert (cfg.num_stages - 1) * stage <= 114 << 10, "two programs fit one SM's shared memory"
-
-
-# --- the norm first: skinny_norm_linear --------------------------------------------------------------------------
-
-def test_norm_linear_is_the_add_norm_then_the_linear() -> None:
-    x, w, _ = operands(3, 2 * 24, 64)
-    residual, norm_w = torch.randn(3, 64), 1 + torch.randn(64) / 4
-    for res in (None, residual):
-        normed, summed = fused_add_rmsnorm(x, res, norm_w, 1e-6)
-        for epilogue, weight in ((None, w[:24]), (Epilogue.SILU_MUL, w)):
-            got = skinny_norm_linear(x, res, norm_w, 1e-6, weight, epilogue)
-            assert torch.equal(got.out, skinny_linear_reference(normed, weight, epilogue))
-            assert torch.equal(got.residual, summed)
-
-
-@pytest.mark.parametrize("change, match", [
-    (dict(epilogue=Epilogue.RESIDUAL), "epilogue None or SILU_MUL"),
-    (dict(norm_weight=torch.ones(63)), r"norm_weight must be \(64,\)"),
-    (dict(norm_weight=torch.ones(64, dtype=torch.float64)), "norm_weight must be"),
-    (dict(residual=torch.zeros(3, 65)), "residual must be like x"),
-    (dict(residual=torch.zeros(3, 64, dtype=torch.float16)), "residual must be like x"),
-    (dict(x=torch.zeros(SKINNY_MAX_ROWS + 1, 64), residual=None), "at most SKINNY_MAX_ROWS"),
-])
-def test_norm_linear_rejects_bad_operands(change: dict, match: str) -> None:
-    args = dict(x=torch.zeros(3, 64), residual=torch.zeros(3, 64), norm_weight=torch.ones(64), eps=1e-6,
-                weight=torch.zeros(8, 64), epilogue=None)
-    with pytest.raises(ValueError, match=match):
-        skinny_norm_linear(**(args | change))

@@ -59,34 +59,6 @@ def check_interpreted(dtype: torch.dtype) -> None:
     assert rel_err(skinny_gemm_triton(x, w), skinny_linear_reference(x, w)) < tol  # the default tiling
 
 
-def check_norm_interpreted(dtype: torch.dtype) -> None:
-    """RMSNorm(x + residual) first, in the kernel: against `add_rmsnorm_reference` then the linear reference, with
-    and without a residual, split and unsplit, K even and not, plain and SILU_MUL; x + residual stored exactly."""
-    from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference
-    from runtime.kernels.skinny_gemm import Epilogue, RowNorm, SkinnyConfig, skinny_linear_reference
-    from runtime.kernels.skinny_gemm_triton import skinny_gemm_triton
-
-    tol = 1e-5 if dtype == torch.float32 else 3e-3
-    gen = torch.Generator().manual_seed(1)
-    n = 40
-    for rows in (1, 5, 16):
-        for k in (72, 64):
-            x = (torch.randn(rows, k, generator=gen) * 3).to(dtype)
-            residual = torch.randn(rows, k + 8, generator=gen).to(dtype)[:, 8:]  # strided rows
-            norm_w = (1 + torch.randn(k, generator=gen) / 4).to(dtype)
-            w = (torch.randn(2 * n, k, generator=gen) / k**0.5).to(dtype)
-            for res in (None, residual):
-                normed, summed = add_rmsnorm_reference(x, res, norm_w, 1e-6)
-                for epilogue, weight in ((None, w[:n]), (Epilogue.SILU_MUL, w)):
-                    want = skinny_linear_reference(normed, weight, epilogue)
-                    for cfg in (SkinnyConfig(16, 32, 1, 4, 2), SkinnyConfig(16, 32, 3, 4, 2)):
-                        sum_out = torch.full_like(x, float("nan")) if res is not None else None
-                        got = skinny_gemm_triton(x, weight, epilogue, None, cfg, RowNorm(norm_w, 1e-6, res, sum_out))
-                        assert rel_err(got, want) < tol, (dtype, rows, k, res is None, epilogue, cfg)
-                        if sum_out is not None:
-                            assert torch.equal(sum_out, summed)
-
-
 def check_errors() -> None:
     """The wrapper's own error branches: too many split tiles for the counters, the first split-K call inside a
     CUDA-graph capture."""
@@ -101,7 +73,7 @@ def check_errors() -> None:
 
 
 def compile_for_sm90() -> None:
-    from runtime.kernels.skinny_gemm import Epilogue, RowNorm, SkinnyConfig
+    from runtime.kernels.skinny_gemm import Epilogue, SkinnyConfig
     from tests.unit.kernels.compile_check import assert_no_spills, install
 
     install()
@@ -121,11 +93,6 @@ def compile_for_sm90() -> None:
         residual = torch.zeros(1, out_cols, dtype=BF16) if epilogue is Epilogue.RESIDUAL else None
         skinny_gemm_triton(x[:, :k] if k <= 2048 else torch.zeros(1, k, dtype=BF16),
                            torch.zeros(weight_rows, k, dtype=BF16), epilogue, residual, cfg)
-    # the norm first, as the talker's frame runs it: q/k/v and gate/up (SILU_MUL) over K = 1024
-    x, res, sum_out = (torch.zeros(8, 1024, dtype=BF16) for _ in range(3))
-    norm = RowNorm(torch.ones(1024, dtype=BF16), 1e-6, res, sum_out)
-    for weight_rows, epilogue in ((4096, None), (6144, Epilogue.SILU_MUL)):
-        skinny_gemm_triton(x, torch.zeros(weight_rows, 1024, dtype=BF16), epilogue, None, None, norm)
     assert_no_spills()
 
 
@@ -137,7 +104,6 @@ if __name__ == "__main__":
         patch_numpy_scalars()
         for dtype in (torch.float32, torch.float16):
             check_interpreted(dtype)
-            check_norm_interpreted(dtype)
         check_errors()
     else:
         compile_for_sm90()
