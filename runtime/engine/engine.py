@@ -87,6 +87,7 @@ class Engine:
         self._by_id: dict[int, Sequence] = {}
         self._run_ahead = bool(getattr(runner, "reads_pending_tokens", False))
         self._in_flight: _Launched | None = None  # launched by the last step(), its tokens not read yet
+        self._prefix_counted = (0, 0)  # the scheduler's prefix-cache (queried, hit) tokens as last reported
 
     @property
     def has_work(self) -> bool:
@@ -113,8 +114,11 @@ class Engine:
 
     def step(self) -> tuple[list[TokenEvent], StepStats | None]:
         """Reads one step's tokens and returns their events; with run-ahead, also leaves the next step launched."""
-        queried, hits = self.scheduler.num_prefix_queried_tokens, self.scheduler.num_prefix_hit_tokens
         launched, self._in_flight = self._in_flight, None
+        # A step launched ahead whose rows all ended in the step before it: nobody waited for it (has_work is
+        # False), so it may have sat until the next request came. It is read and dropped, and not reported as a
+        # step: its "duration" would be that idle time (1.5 s "steps" between the waves of a speech benchmark).
+        orphan = launched is not None and all(r.seq.is_finished for r in launched.batch.rows)
         if launched is None:
             launched = self._launch(self.scheduler.schedule(), None)
             if launched is None:
@@ -144,12 +148,15 @@ class Engine:
             if seq.is_finished:
                 self._by_id.pop(seq.seq_id, None)
                 self._release(seq)
+        if orphan:
+            return events, None  # the admissions it ran are counted with the next step reported
         batch = launched.batch
+        (queried, hits), now = self._prefix_counted, (self.scheduler.num_prefix_queried_tokens,
+                                                      self.scheduler.num_prefix_hit_tokens)
+        self._prefix_counted = now
         stats = StepStats(time.perf_counter() - launched.started, len(batch.rows), batch.num_tokens,
                           batch.num_preempted, len(self.scheduler.waiting), len(self.scheduler.running),
-                          self.scheduler.blocks.usage_ratio,
-                          self.scheduler.num_prefix_queried_tokens - queried,
-                          self.scheduler.num_prefix_hit_tokens - hits)
+                          self.scheduler.blocks.usage_ratio, now[0] - queried, now[1] - hits)
         return events, stats
 
     def _launch(self, batch: ScheduledBatch, pending: PendingTokens | None) -> _Launched | None:
