@@ -13,18 +13,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
-
-@triton.jit
-def _softmax(x, LIBDEVICE_EXP: tl.constexpr):
-    """torch's softmax (-inf lanes give 0); the interpreter runs no extern functions: there NumPy's exp."""
-    x = x - tl.max(x, 0)
-    if LIBDEVICE_EXP:
-        e = libdevice.exp(x)
-    else:
-        e = tl.exp(x)
-    return tl.div_rn(e, tl.broadcast_to(tl.sum(e, 0), e.shape))
+from runtime.kernels.softmax_triton import libdevice_exp, torch_softmax
 
 
 @triton.jit
@@ -42,7 +32,7 @@ def _top_draw_kernel(values_ptr, ids_ptr, knobs_ptr, draws_ptr, out_ptr, width, 
     # _mask_sorted: top-k first, then top-p and min-p on the renormalised survivors; rank 0 always stays
     k = tl.where(top_k > 0, top_k, width)
     drop = (rank >= k) | ~lane
-    probs = _softmax(tl.where(drop, float("-inf"), values), LIBDEVICE_EXP)
+    probs = torch_softmax(tl.where(drop, float("-inf"), values), LIBDEVICE_EXP)
     cum_before = tl.cumsum(probs, 0) - probs
     # top_p 1 is off (float cumsums reach 1 early): no mass reaches the 2 that stands in for it
     drop = drop | (cum_before >= tl.where(top_p < 1.0, top_p, 2.0))
@@ -57,7 +47,7 @@ def _top_draw_kernel(values_ptr, ids_ptr, knobs_ptr, draws_ptr, out_ptr, width, 
     slot = tl.sum(before.to(tl.int32), 1)
     noise = tl.load(draws_ptr + base + slot, mask=lane, other=1.0)
     # argmax(p / E), E ~ Exp(1): a draw from p; the first lane on an exact tie, as torch.argmax
-    winner = tl.argmax(tl.div_rn(_softmax(kept, LIBDEVICE_EXP), noise), 0)
+    winner = tl.argmax(tl.div_rn(torch_softmax(kept, LIBDEVICE_EXP), noise), 0)
     tl.store(out_ptr + row, tl.sum(tl.where(rank == winner, ids, 0), 0))
 
 
@@ -72,7 +62,7 @@ def draw_among_top_triton(values: torch.Tensor, ids: torch.Tensor, knobs: torch.
     values, ids, knobs, draws = (t.contiguous() for t in (values, ids, knobs, draws))
     out = torch.empty(rows, dtype=torch.long, device=values.device)
     _top_draw_kernel[(rows,)](values, ids, knobs, draws, out, width, vocab, BLOCK=triton.next_power_of_2(width),
-                              LIBDEVICE_EXP=not triton.knobs.runtime.interpret,
+                              LIBDEVICE_EXP=libdevice_exp(),
                               enable_reflect_ftz=False,  # libdevice's expf without flush-to-zero, as nvcc builds it
                               num_warps=2)
     return out

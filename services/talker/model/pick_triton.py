@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
+
+from runtime.kernels.softmax_triton import libdevice_exp, torch_softmax
 
 # columns of RowKnobs.table (constexpr: the kernel reads them)
 SAMPLE = tl.constexpr(0)  # 1.0: the row draws; 0.0: it takes the argmax
@@ -144,18 +145,6 @@ def _best_keys(keys, scratch_row, LOG_V: tl.constexpr, LOG_W: tl.constexpr, LOG_
 
 
 @triton.jit
-def _softmax(x, LIBDEVICE_EXP: tl.constexpr):
-    """torch's softmax: exp(x - max) / sum; libdevice's expf is the one PyTorch's CUDA kernels call (tl.exp is a
-    faster approximation), but Triton's interpreter runs no extern functions: there NumPy's exp stands in."""
-    x = x - tl.max(x, 0)
-    if LIBDEVICE_EXP:
-        e = libdevice.exp(x)
-    else:
-        e = tl.exp(x)
-    return tl.div_rn(e, tl.broadcast_to(tl.sum(e, 0), e.shape))
-
-
-@triton.jit
 def _draw(scaled, offs, in_row, vocab, exps_row, scratch_row, kth, mass_floor, LOG_V: tl.constexpr,
           LOG_W: tl.constexpr, LOG_C: tl.constexpr, LIBDEVICE_EXP: tl.constexpr):
     """`draw_among_top` for one row of temperature-scaled scores: the drawn token's index."""
@@ -167,10 +156,10 @@ def _draw(scaled, offs, in_row, vocab, exps_row, scratch_row, kth, mass_floor, L
     kth_score = tl.max(tl.where(rank == kth, scores, float("-inf")), 0)
     kept = tl.where(scores < kth_score, float("-inf"), scores)
     # top-p: the mass at and below each rank is the ascending cumsum; the best (rank 0) always stays
-    below = tl.cumsum(_softmax(kept, LIBDEVICE_EXP), 0, reverse=True)
+    below = tl.cumsum(torch_softmax(kept, LIBDEVICE_EXP), 0, reverse=True)
     kept = tl.where((below <= mass_floor) & (rank > 0), float("-inf"), kept)
     exps = tl.load(exps_row + ids, mask=valid, other=1.0)
-    winner = tl.argmax(tl.div_rn(_softmax(kept, LIBDEVICE_EXP), exps), 0)  # first rank on an exact tie
+    winner = tl.argmax(tl.div_rn(torch_softmax(kept, LIBDEVICE_EXP), exps), 0)  # first rank on an exact tie
     return tl.sum(tl.where(rank == winner, ids, 0), 0)
 
 
@@ -217,7 +206,7 @@ def pick_codes(logits: torch.Tensor, exps: torch.Tensor | None, knobs: RowKnobs 
     _pick_kernel[(rows,)](logits, logits.stride(0), exps_arg, exps_stride, table, scratch, codes, vocab,
                           LOG_V=(max(vocab, width) - 1).bit_length(), LOG_W=width.bit_length() - 1,
                           LOG_C=max(CANDIDATES, width).bit_length() - 1, SAMPLING=knobs is not None,
-                          LIBDEVICE_EXP=not triton.knobs.runtime.interpret,
+                          LIBDEVICE_EXP=libdevice_exp(),
                           enable_reflect_ftz=False,  # libdevice's expf without flush-to-zero, as nvcc builds it
                           num_warps=num_warps)  # fmt: skip
     return codes
