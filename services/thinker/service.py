@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from runtime.metrics import Metrics
 from runtime.tokenizer import Tokenizer
 from services.thinker.request import ThinkerRequest
 from services.thinker.text_output import TextOutput
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -101,6 +104,7 @@ class ThinkerService:
         hold_until: float | None = None
         finish: FinishReason | None = None
         completion = 0
+        first_token_at = conditioning_at = None  # monotonic, for the debug timeline
         async with self.engine.submit(seq) as stream:
             while finish is None:
                 events = await stream.take(hold_until, hold_grace=self.flush_seconds)
@@ -109,17 +113,23 @@ class ThinkerService:
                     raise Unavailable(f"the thinker engine has failed: {self.engine.failure!r}", stage="thinker")
                 if not sent_conditioning and inp.request.talker_states_complete:
                     sent_conditioning = True
+                    conditioning_at = time.monotonic()
                     yield ConditioningOut(inp.request.talker_conditioning())
                 out, stopped = self._tokens_out(events, text, finish is not None)
                 if self.flush_seconds > 0:
                     hold_until = stream.loop.time() + self.flush_seconds
                 if out is not None:
                     completion += len(out.token_ids)
+                    if first_token_at is None and out.token_ids:
+                        first_token_at = time.monotonic()
                     yield out
                 if stopped:
                     finish = FinishReason.STOP
         first = seq.first_scheduled_time or time.monotonic()
         self.metrics.get("omnimesh_queue_time_seconds").observe(first - seq.arrival_time)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("request %s: %s", seq.request_id, _timeline(seq, first, conditioning_at, first_token_at,
+                                                                  completion))
         yield FinishedOut(finish, seq.num_prompt_tokens, completion, seq.num_cached_prompt_tokens,
                           first - seq.arrival_time, time.monotonic() - first)
 
@@ -137,3 +147,13 @@ class ThinkerService:
         logprobs = [(e.token_id, e.logprob, list(zip(e.top_ids or [], e.top_logprobs or [])))
                     for e in tokens if e.logprob is not None]
         return TokensOut(ids, body, logprobs), piece.stopped
+
+
+def _timeline(seq: Sequence, first_scheduled: float, conditioning_at: float | None, first_token_at: float | None,
+              tokens: int) -> str:
+    """Where a request's time went (ms since it reached the engine), for a debug log: with the gateway's and the
+    talker's timelines it says which stage a slow first audio or first token waited in."""
+    since = lambda t: f"+{(t - seq.arrival_time) * 1e3:.1f} ms" if t is not None else "none"  # noqa: E731
+    return (f"{seq.num_prompt_tokens} prompt tokens ({seq.num_cached_prompt_tokens} cached), first scheduled "
+            f"{since(first_scheduled)}, talker conditioning {since(conditioning_at)}, first token "
+            f"{since(first_token_at)}, end {since(time.monotonic())}; {tokens} tokens")

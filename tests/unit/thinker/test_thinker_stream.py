@@ -3,6 +3,8 @@ logprobs aligned and in order; stop tokens, stop strings, cancellation and a dea
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import time
 from pathlib import Path
 
@@ -164,3 +166,13 @@ def test_a_dead_engine_fails_the_stream_as_unavailable(tok: Tokenizer) -> None:
     runner.fail_at_step = 4
     with pytest.raises(Unavailable, match="device lost"):
         generate(service, request(SamplingOptions(temperature=0.0, max_tokens=900, ignore_eos=True)))
+
+
+def test_a_debug_log_gives_each_requests_timeline(tok: Tokenizer, caplog: pytest.LogCaptureFixture) -> None:
+    script = tok.encode(SENTENCE)[:5]
+    service, _ = make_service(tok, script, flush_s=0.0)
+    with caplog.at_level(logging.DEBUG, logger="services.thinker.service"):
+        generate(service, request(SamplingOptions(temperature=0.0, max_tokens=5, ignore_eos=True)))
+    [line] = [r.getMessage() for r in caplog.records if r.name == "services.thinker.service"]
+    assert re.fullmatch(r"request req-1: 3 prompt tokens \(0 cached\), first scheduled \+[\d.]+ ms, talker "
+                        r"conditioning none, first token \+[\d.]+ ms, end \+[\d.]+ ms; 5 tokens", line), line
