@@ -145,15 +145,15 @@ def _draws_among_top(options: SamplingOptions) -> bool:
             and not options.top_logprobs)
 
 
-def _draw_among_top(scaled: torch.Tensor, options: list[SamplingOptions],
-                    generators: list[torch.Generator | None]) -> torch.Tensor:
-    """Tokens for rows that draw among their NARROW_TOP_K best: `scaled` [N, V] (penalised, over temperature) ->
-    [N]. The same distribution as the full path (top-k, then top-p and min-p on it), from a top-k of the vocabulary
-    instead of a sort of it, and one exponential race over NARROW_TOP_K values per row (a fixed count: a row's
-    stream advances alike in any batch). On CUDA the masks and the race are one Triton launch (top_draw_triton)."""
+def _draw_among_top(scaled: torch.Tensor, knobs: torch.Tensor, generators: list[torch.Generator | None]
+                    ) -> torch.Tensor:  # fmt: skip
+    """Tokens for rows that draw among their NARROW_TOP_K best: `scaled` [N, V] (penalised, over temperature) and
+    their `_knob_table` rows -> [N]. The same distribution as the full path (top-k, then top-p and min-p on it),
+    from a top-k of the vocabulary instead of a sort of it, and one exponential race over NARROW_TOP_K values per
+    row (a fixed count: a row's stream advances alike in any batch). On CUDA the masks and the race are one Triton
+    launch (top_draw_triton)."""
     # [N, K], descending; K is the same for every batch of a model (its vocabulary is wider in any real one)
     values, ids = torch.topk(scaled, min(NARROW_TOP_K, scaled.shape[-1]), dim=-1)
-    knobs = _knob_table(options, scaled.device)
     draws = torch.empty_like(values).exponential_()  # the unseeded rows' draws, one launch
     for row, generator in enumerate(generators):
         if generator is not None:
@@ -201,22 +201,23 @@ def launch_sample(logits: torch.Tensor, options: list[SamplingOptions], generato
     device = logits.device
     temps = to_device(torch.tensor([o.temperature if o.temperature > 0 else 1.0 for o in options]), device)
     scaled = logits / temps.unsqueeze(1)
-    narrow = [i for i, o in enumerate(options) if _draws_among_top(o)]
+    among_top = [_draws_among_top(o) for o in options]
+    narrow = [i for i, yes in enumerate(among_top) if yes]
     # the other sampled rows sort the vocabulary (~0.5 ms a step at 152k on the H200 for a batch)
-    sampled_rows = [i for i, o in enumerate(options) if not o.is_greedy and not _draws_among_top(o)]
+    sampled_rows = [i for i, (o, yes) in enumerate(zip(options, among_top)) if not o.is_greedy and not yes]
+    knobs = _knob_table(options, device) if narrow or sampled_rows else None  # one upload for both paths
     final = scaled
     if sampled_rows:
         greedy = to_device(torch.tensor([o.is_greedy for o in options]), device)
         # Greedy rows are scored on the unfiltered distribution: their logprobs are the model's (after penalties).
-        final = torch.where(greedy.unsqueeze(1), scaled, _filter(scaled, *_split_knobs(_knob_table(options, device))))
+        final = torch.where(greedy.unsqueeze(1), scaled, _filter(scaled, *_split_knobs(knobs)))
     if len(narrow) == len(options):  # the common sampled batch: every row on the model's defaults
-        tokens = _draw_among_top(scaled, options, generators)
+        tokens = _draw_among_top(scaled, knobs, generators)
     else:
         tokens = torch.argmax(final, dim=-1)
         if narrow:
             rows = to_device(torch.tensor(narrow), device)
-            tokens[rows] = _draw_among_top(scaled[rows], [options[i] for i in narrow],
-                                           [generators[i] for i in narrow])
+            tokens[rows] = _draw_among_top(scaled[rows], knobs[rows], [generators[i] for i in narrow])
     logprobs_all = torch.log_softmax(final, dim=-1) if (sampled_rows or want_lp or want_top) else None
     if sampled_rows:
         probs = logprobs_all.exp()
