@@ -31,8 +31,8 @@ import torch
 
 from runtime.config import SpeechConfig
 from runtime.errors import OmniError, Unavailable
-from runtime.thread_names import name_this_thread
 from runtime.metrics import Metrics
+from runtime.thread_names import name_this_thread
 from services.talker.chunk_decoder import ChunkDecoder
 from services.talker.handle import SpeechHandle
 from services.talker.job import Output, Sink, SpeechJob
