@@ -56,4 +56,5 @@ def cpu_times(pid: int) -> CpuTimes:
             threads[int(task.name)] = ThreadTime(*_stat(task / "stat"))
         except (FileNotFoundError, ProcessLookupError):  # the thread ended between the listing and the read
             continue
-    return CpuTimes(_stat(proc / "stat")[1], _stat(proc / "task" / str(pid) / "stat")[1], threads)
+    # the main thread lives as long as the process: it is always among the tasks read above
+    return CpuTimes(_stat(proc / "stat")[1], threads[pid].seconds, threads)

@@ -1,5 +1,5 @@
 """What each process of a mesh did over a measured phase: its engine's step histograms (from its /metrics) and the
-CPU its process and its asyncio thread used (from /proc).
+CPU its process, its asyncio thread and each of its threads used (from /proc).
 
 A mesh benchmark reads both when its phase starts and when it stops; the differences say how many engine steps ran,
 how long one took on average and how many rows it carried (the talker counts an iteration as a step and a frame as
