@@ -77,7 +77,11 @@ class Supervisor:
             sys.stdout.write(line)
             if time.monotonic() > deadline:
                 break
-        code = child.process.poll()
+        # At end of output the child is exiting but may not have exited yet: its code is worth a moment's wait.
+        try:
+            code = child.process.wait(timeout=max(0.0, min(5.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            code = None
         raise RuntimeError(f"{child.name} did not become ready" + (f" (exit code {code})" if code is not None else ""))
 
     def _wait_healthy(self, child: Child, timeout_s: float) -> None:
