@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import mimetypes
+import os
 import sys
 import wave
 from pathlib import Path
@@ -14,6 +15,16 @@ from grpc_status import rpc_status
 
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from runtime.channels import channel_options
+
+
+def media_file(value: str) -> Path:
+    """An argparse type: a file the CLI can read, so a wrong path is a usage error naming it, not a traceback."""
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value}: no such file")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{value}: not readable")
+    return path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,9 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--logprobs", type=int, default=0, metavar="N", help="return N top logprobs per token")
-    p.add_argument("--image", action="append", default=[], type=Path, help="image file (repeatable)")
-    p.add_argument("--audio", action="append", default=[], type=Path, help="audio file (repeatable)")
-    p.add_argument("--video", action="append", default=[], type=Path, help="video file (repeatable)")
+    p.add_argument("--image", action="append", default=[], type=media_file, help="image file (repeatable)")
+    p.add_argument("--audio", action="append", default=[], type=media_file, help="audio file (repeatable)")
+    p.add_argument("--video", action="append", default=[], type=media_file, help="video file (repeatable)")
     p.add_argument("--use-audio-in-video", action="store_true", help="also hear each video's sound track")
     p.add_argument("--speak", type=Path, help="ask for speech and write it to this WAV file")
     p.add_argument("--voice", default="", help="voice of the speech (e.g. ethan, chelsie, aiden)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from gateway.cli import bench, chat, demo, up
@@ -13,7 +14,11 @@ def main(argv: list[str] | None = None) -> int:
     for module in (up, chat, demo, bench):
         module.add_parser(sub)
     args = parser.parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except BrokenPipeError:  # `omnimesh chat --json ... | head`: the reader left; end quietly, as shell tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush would raise again
+        return 1
 
 
 if __name__ == "__main__":

@@ -30,6 +30,20 @@ def test_chat_streams_text_then_usage_then_done(gateway_addr: str) -> None:
     assert events[-1]["finish_reason"] in ("stop", "length")
 
 
+def test_a_reader_that_leaves_early_ends_the_client_quietly(gateway_addr: str) -> None:
+    """`omnimesh chat --json ... | head -1`: the client's next write meets a closed pipe; it exits without a
+    traceback (status 1, as a cut-short stream is not a whole answer)."""
+    proc = subprocess.Popen([OMNIMESH, "chat", "--addr", gateway_addr, "--json", "--max-tokens", "200", "Hello"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert json.loads(proc.stdout.readline())["type"] == "text"
+    proc.stdout.close()
+    code = proc.wait(timeout=120)
+    err = proc.stderr.read()
+    assert code == 1, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
 def test_plain_output_prints_the_streamed_text(gateway_addr: str) -> None:
     plain = subprocess.run([OMNIMESH, "chat", "--addr", gateway_addr, "--greedy", "--max-tokens", "8", "Hi"],
                            capture_output=True, text=True, timeout=120)
