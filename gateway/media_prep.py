@@ -57,6 +57,11 @@ class MediaPipeline:
         served = {"image", "video"} if self._vision is not None else set()
         return frozenset(served | ({"audio"} if self._audio is not None else set()))
 
+    @property
+    def encoders(self) -> list[VisionClient | AudioClient]:
+        """The encoder stages this gateway routes to."""
+        return [c for c in (self._vision, self._audio) if c is not None]
+
     async def decode(self, media: list[MediaBytes], use_audio_in_video: bool = False) -> list[DecodedMedia]:
         for m in media:
             if m.kind not in self.served_inputs:

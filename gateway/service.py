@@ -1,13 +1,14 @@
 """The gateway's domain: one chat request through the stages, as one ordered stream of events."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from omnimesh.v1 import common_pb2
-from runtime.errors import InvalidArgument, Unimplemented
+from runtime.errors import InvalidArgument, OmniError, Unavailable, Unimplemented
 from runtime.metrics import Metrics
 from gateway.chat_input import ChatInput
 from gateway.clients.talker import SpeakSetup, TalkerClient
@@ -68,6 +69,20 @@ class OmniService:
             assert self.talker is not None
             self._voices = list((await self.talker.info(self.stage_timeout_s)).voices)
         return self._voices
+
+    async def stage_infos(self) -> list[common_pb2.StageInfo]:
+        """Every stage this gateway routes to, asked now (so a replica swapped since start answers for itself); any
+        that does not answer within the stage timeout makes the call UNAVAILABLE, naming each such stage."""
+        clients = [self.thinker, *self.media.encoders, *([self.talker] if self.talker else [])]
+        answers = await asyncio.gather(*(c.info(self.stage_timeout_s) for c in clients), return_exceptions=True)
+        failed = [a for a in answers if isinstance(a, BaseException)]
+        unexpected = next((a for a in failed if not isinstance(a, OmniError)), None)
+        if unexpected is not None:
+            raise unexpected
+        if failed:
+            stages = [getattr(a, "stage", "") for a in failed]
+            raise Unavailable("; ".join(str(a) for a in failed), stage=",".join(s for s in stages if s))
+        return list(answers)
 
     async def chat(self, chat: ChatInput, timeout: float | None) -> AsyncIterator[ChatEventOut]:
         t0 = time.monotonic()

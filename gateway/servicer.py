@@ -50,8 +50,14 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
             m.get("omnimesh_e2e_request_latency_seconds").observe(time.monotonic() - t0)
 
     async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> omni_pb2.OmniInfo:
+        """The gateway's own description (fixed at start) with each stage's Info, asked now."""
         check_api_key(context.invocation_metadata() or (), self._cfg.api_keys)
-        return self._info
+        stages = await self._service.stage_infos()
+        info = omni_pb2.OmniInfo()
+        info.CopyFrom(self._info)
+        info.stages.extend(stages)
+        info.voices.extend(v for s in stages if s.stage == "talker" for v in s.voices)
+        return info
 
 
 def _to_pb(seq: int, ev: ChatEventOut) -> omni_pb2.ChatEvent:

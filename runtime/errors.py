@@ -46,6 +46,18 @@ class Unavailable(OmniError):
         self.stage = stage
 
 
+class StageFault(OmniError):
+    """A stage answered with something its caller cannot use (a tensor cut short or missing, a chunk out of order):
+    a bug, or caller and stage builds that differ mid-rollout. INTERNAL naming the stage, since the client's request
+    is not what is wrong."""
+
+    grpc_code_name = "INTERNAL"
+
+    def __init__(self, message: str, stage: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
 class ResourceExhausted(OmniError):
     """A queue or a limit is full; the client may retry after `retry_after_s`."""
 

@@ -7,7 +7,7 @@ import grpc
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from runtime.errors import InvalidArgument, OmniError, ResourceExhausted, Unavailable
+from runtime.errors import InvalidArgument, OmniError, ResourceExhausted, StageFault, Unavailable
 
 ERROR_DOMAIN = "omnimesh"
 
@@ -21,7 +21,7 @@ def to_rpc_status(err: OmniError) -> status_pb2.Status:
             for v in err.violations])
         status.details.add().Pack(bad)
     info = error_details_pb2.ErrorInfo(reason=err.grpc_code_name, domain=ERROR_DOMAIN)
-    if isinstance(err, Unavailable) and err.stage:
+    if isinstance(err, (Unavailable, StageFault)) and err.stage:
         info.metadata["stage"] = err.stage
     status.details.add().Pack(info)
     if isinstance(err, ResourceExhausted):

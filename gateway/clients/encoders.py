@@ -9,10 +9,11 @@ import grpc
 import torch
 
 from omnimesh.v1 import audio_pb2, audio_pb2_grpc, vision_pb2, vision_pb2_grpc
-from runtime.errors import InvalidArgument
+from runtime.errors import StageFault
 from runtime.metrics import Metrics
 from runtime.tensor_codec import TensorAssembler, encode_tensor
-from gateway.clients.errors import stage_error
+from omnimesh.v1 import common_pb2
+from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,9 @@ class _EdgeMeter:
         self._m.get("omnimesh_edge_seconds_total", from_stage=self._stage, to_stage="gateway").inc(seconds)
 
 
-async def _stream(call: grpc.aio.StreamStreamCall, stage: str, meter: _EdgeMeter,
-                  field: str) -> dict[str, torch.Tensor]:
+async def _stream(call: grpc.aio.StreamStreamCall, stage: str, meter: _EdgeMeter) -> dict[str, torch.Tensor]:
     """Reads every embeddings chunk of an Encode call into whole tensors by name."""
-    assembler = TensorAssembler(field)
+    assembler = TensorAssembler(f"{stage}.embeddings")
     out: dict[str, torch.Tensor] = {}
     received, t_first = 0, None
     try:
@@ -56,7 +56,7 @@ async def _stream(call: grpc.aio.StreamStreamCall, stage: str, meter: _EdgeMeter
                 t_first = time.perf_counter()
             received += msg.ByteSize()
             if msg.WhichOneof("msg") == "embeddings":
-                done = assembler.add(msg.embeddings)
+                done = add_stage_chunk(assembler, msg.embeddings, stage)
                 if done is not None:
                     out[done[0]] = done[1]
     except grpc.aio.AioRpcError as err:
@@ -64,8 +64,7 @@ async def _stream(call: grpc.aio.StreamStreamCall, stage: str, meter: _EdgeMeter
     finally:
         call.cancel()
     meter.received(received, time.perf_counter() - (t_first or time.perf_counter()))
-    if assembler.pending:
-        raise InvalidArgument(field, f"{stage} ended with tensors incomplete: {assembler.pending}")
+    check_stage_done(assembler, stage)
     return out
 
 
@@ -74,16 +73,19 @@ class VisionClient:
         self._stub = vision_pb2_grpc.VisionStub(channel)
         self._meter = _EdgeMeter(metrics, "vision")
 
+    async def info(self, timeout: float) -> common_pb2.StageInfo:
+        return await stage_info(self._stub.Info, "vision", timeout)
+
     async def encode(self, request_id: str, items: list[VisionItemInput], num_deepstack: int,
                      timeout: float | None) -> list[VisionItemOutput]:
         call = self._stub.Encode(self._requests(request_id, items), timeout=timeout)
-        tensors = await _stream(call, "vision", self._meter, "vision.embeddings")
+        tensors = await _stream(call, "vision", self._meter)
         try:
             return [VisionItemOutput(tensors[f"item.{i}.merged"],
                                      [tensors[f"item.{i}.deepstack.{k}"] for k in range(num_deepstack)])
                     for i in range(len(items))]
         except KeyError as missing:
-            raise InvalidArgument("vision.embeddings", f"vision stage did not return {missing}") from None
+            raise StageFault(f"vision stage did not return {missing}", "vision") from None
 
     def _requests(self, request_id: str, items: list[VisionItemInput]) -> AsyncIterator[vision_pb2.VisionRequest]:
         start = vision_pb2.VisionRequest(start=vision_pb2.VisionStart(request_id=request_id, items=[
@@ -97,14 +99,17 @@ class AudioClient:
         self._stub = audio_pb2_grpc.AudioStub(channel)
         self._meter = _EdgeMeter(metrics, "audio")
 
+    async def info(self, timeout: float) -> common_pb2.StageInfo:
+        return await stage_info(self._stub.Info, "audio", timeout)
+
     async def encode(self, request_id: str, clips: list[torch.Tensor], timeout: float | None) -> list[torch.Tensor]:
         """clips: float32 [samples] at 16 kHz each -> embeddings [tokens, hidden] each."""
         call = self._stub.Encode(self._requests(request_id, clips), timeout=timeout)
-        tensors = await _stream(call, "audio", self._meter, "audio.embeddings")
+        tensors = await _stream(call, "audio", self._meter)
         try:
             return [tensors[f"clip.{i}.embeddings"] for i in range(len(clips))]
         except KeyError as missing:
-            raise InvalidArgument("audio.embeddings", f"audio stage did not return {missing}") from None
+            raise StageFault(f"audio stage did not return {missing}", "audio") from None
 
     def _requests(self, request_id: str, clips: list[torch.Tensor]) -> AsyncIterator[audio_pb2.AudioRequest]:
         start = audio_pb2.AudioRequest(start=audio_pb2.AudioStart(request_id=request_id,

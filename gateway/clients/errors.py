@@ -4,10 +4,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import grpc
+import torch
 
 from omnimesh.v1 import common_pb2
-from runtime.errors import (Cancelled, DeadlineExceeded, InvalidArgument, OmniError, ResourceExhausted, Unavailable,
-                            Unimplemented)
+from runtime.errors import (Cancelled, DeadlineExceeded, InvalidArgument, OmniError, ResourceExhausted, StageFault,
+                            Unavailable, Unimplemented)
+from runtime.tensor_codec import TensorAssembler
 
 
 def stage_error(stage: str, err: grpc.aio.AioRpcError) -> OmniError:
@@ -24,6 +26,21 @@ def stage_error(stage: str, err: grpc.aio.AioRpcError) -> OmniError:
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return Unimplemented(f"{stage}: {detail}")
     return Unavailable(f"{stage} stage failed ({code.name}): {detail}", stage=stage)
+
+
+def add_stage_chunk(assembler: TensorAssembler, chunk: common_pb2.Tensor, stage: str
+                    ) -> tuple[str, torch.Tensor] | None:  # fmt: skip
+    """`assembler.add` on a chunk a stage sent back: a chunk it cannot take is the stage's fault, not the request's."""
+    try:
+        return assembler.add(chunk)
+    except InvalidArgument as err:
+        raise StageFault(f"{stage} stage sent a malformed tensor: {err.message}", stage) from None
+
+
+def check_stage_done(assembler: TensorAssembler, stage: str) -> None:
+    """At the end of a stage's answer every tensor it began must be whole."""
+    if assembler.pending:
+        raise StageFault(f"{stage} stage ended its answer with tensors incomplete: {assembler.pending}", stage)
 
 
 async def stage_info(info_rpc: Callable[..., Awaitable[common_pb2.StageInfo]], stage: str,

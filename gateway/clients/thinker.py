@@ -13,7 +13,7 @@ from runtime.engine.sampling_params import SamplingOptions
 from runtime.metrics import Metrics
 from runtime.sampling import sampling_to_pb
 from runtime.tensor_codec import TensorAssembler, encode_tensor
-from gateway.clients.errors import stage_error, stage_info
+from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
 
 
 @dataclass
@@ -63,10 +63,11 @@ class ThinkerClient:
                 if kind == "tokens":
                     yield TextChunk(list(msg.tokens.token_ids), msg.tokens.text, list(msg.tokens.logprobs))
                 elif kind == "talker_conditioning":
-                    done = assembler.add(msg.talker_conditioning)
+                    done = add_stage_chunk(assembler, msg.talker_conditioning, "thinker")
                     if done is not None:
                         yield Conditioning(done[1])
                 else:
+                    check_stage_done(assembler, "thinker")
                     yield ThinkerDone(msg.finished.finish_reason, msg.finished.usage)
         except grpc.aio.AioRpcError as err:
             raise stage_error("thinker", err) from None

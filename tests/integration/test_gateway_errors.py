@@ -105,6 +105,10 @@ def test_thinker_down_is_unavailable(demo_ckpt, mesh_config) -> None:
         err = asyncio.run(chat_error(f"127.0.0.1:{gw.ports['grpc_port']}", chat_request("hi")))
         assert err.code() == grpc.StatusCode.UNAVAILABLE
         assert "thinker" in err.details()
+        with pytest.raises(grpc.RpcError) as caught:  # Info says which stage did not answer
+            asyncio.run(_info(f"127.0.0.1:{gw.ports['grpc_port']}", None))
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "thinker stage did not answer Info" in caught.value.details()
     finally:
         assert gw.stop() == 0
 
@@ -120,8 +124,18 @@ def test_api_keys_are_enforced(demo_ckpt, mesh_config, mesh: Proc) -> None:
             assert err.code() == grpc.StatusCode.UNAUTHENTICATED
         tokens, events = asyncio.run(_with_key(addr, req, "k-two"))
         assert len(tokens) == 3 and events[-1].HasField("done")
+        for metadata in (None, [("authorization", "Bearer nope")]):  # Info is behind the keys too
+            with pytest.raises(grpc.RpcError) as caught:
+                asyncio.run(_info(addr, metadata))
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert asyncio.run(_info(addr, [("authorization", "Bearer k-one")])).gateway.stage == "gateway"
     finally:
         assert gw.stop() == 0
+
+
+async def _info(addr: str, metadata: list[tuple[str, str]] | None) -> omni_pb2.OmniInfo:
+    async with grpc.aio.insecure_channel(addr) as channel:
+        return await omni_pb2_grpc.OmniStub(channel).Info(common_pb2.InfoRequest(), metadata=metadata, timeout=30)
 
 
 async def _with_key(addr: str, req: omni_pb2.ChatRequest, key: str):

@@ -6,8 +6,9 @@ import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
-from omnimesh.v1 import common_pb2
+import grpc
 
+from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from tests.integration.client import chat_request, run_concurrent
 from tests.integration.mesh_process import OMNIMESH, Proc, metric_value, scrape
 
@@ -42,6 +43,38 @@ def test_a_reader_that_leaves_early_ends_the_client_quietly(gateway_addr: str) -
     err = proc.stderr.read()
     assert code == 1, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def mesh_info(addr: str) -> omni_pb2.OmniInfo:
+    async def ask() -> omni_pb2.OmniInfo:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            return await omni_pb2_grpc.OmniStub(channel).Info(common_pb2.InfoRequest(), timeout=30)
+
+    return asyncio.run(ask())
+
+
+def test_info_describes_a_text_only_mesh(gateway_addr: str) -> None:
+    got = mesh_info(gateway_addr)
+    assert got.gateway.stage == "gateway" and got.gateway.build
+    assert [s.stage for s in got.stages] == ["thinker"]
+    assert got.stages[0].limits["max_model_len"] == 1024 and got.stages[0].device == "cpu"
+    assert list(got.input_modalities) == ["text"] and list(got.output_modalities) == [omni_pb2.MODALITY_TEXT]
+    assert not got.voices
+
+
+def test_the_info_command_prints_the_mesh(gateway_addr: str) -> None:
+    plain = subprocess.run([OMNIMESH, "info", "--addr", gateway_addr], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr
+    assert "in: text   out: text" in plain.stdout and "max_model_len=1024" in plain.stdout
+    as_json = subprocess.run([OMNIMESH, "info", "--addr", gateway_addr, "--json"], capture_output=True, text=True,
+                             timeout=60)
+    assert json.loads(as_json.stdout)["stages"][0]["stage"] == "thinker"
+
+
+def test_the_info_command_names_an_unreachable_gateway() -> None:
+    dead = subprocess.run([OMNIMESH, "info", "--addr", "127.0.0.1:1", "--timeout", "2"], capture_output=True,
+                          text=True, timeout=60)
+    assert dead.returncode == 1 and dead.stderr.startswith("error: UNAVAILABLE") and "Traceback" not in dead.stderr
 
 
 def test_plain_output_prints_the_streamed_text(gateway_addr: str) -> None:

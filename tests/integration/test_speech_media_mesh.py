@@ -27,6 +27,18 @@ def all_stages(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Pro
     assert proc.stop() == 0
 
 
+def test_info_describes_every_stage(all_stages: Proc) -> None:
+    from omnimesh.v1 import omni_pb2
+    from tests.integration.test_mesh_chat import mesh_info
+
+    got = mesh_info(f"127.0.0.1:{all_stages.ports['gateway']['grpc_port']}")
+    assert [s.stage for s in got.stages] == ["thinker", "vision", "audio", "talker"]
+    assert all(s.build and s.model and s.device for s in got.stages)
+    assert sorted(got.input_modalities) == ["audio", "image", "text", "video"]
+    assert list(got.output_modalities) == [omni_pb2.MODALITY_TEXT, omni_pb2.MODALITY_AUDIO]
+    assert sorted(got.voices) == ["aiden", "chelsie", "ethan"] and got.voices[0] == "ethan"  # default first
+
+
 def test_greedy_speech_about_a_video_with_its_sound_equals_transformers(all_stages: Proc, hf_omni, demo_ckpt: Path,
                                                                         tmp_path: Path) -> None:
     from transformers import AutoTokenizer, WhisperFeatureExtractor

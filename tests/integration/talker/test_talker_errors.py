@@ -23,6 +23,8 @@ EMPTY = conditioning(torch.empty(0, 0))
 
 # <|vision_start|><|audio_start|> video-pad "Hello" <|audio_end|><|vision_end|> in a user turn
 AIV_PROMPT = [151644, 872, 198, 151652, 151669, 151656, 9707, 151670, 151653, 151645, 198, 151644, 77091, 198]
+# <|vision_start|> video-pad <|vision_end|> in a user turn
+VIDEO_PROMPT = [151644, 872, 198, 151652, 151656, 151653, 151645, 198, 151644, 77091, 198]
 
 
 def _span(kind: int, offset: int, length: int, **fields: object) -> thinker_pb2.MediaSpan:
@@ -50,6 +52,8 @@ CASES: dict[str, tuple[list[talker_pb2.SpeakRequest], str, tuple[str, ...]]] = {
     "prompt id out of vocab": (text_only(prompt=[*TEXT_PROMPT[:-1], 10**7, *TEXT_PROMPT[-1:]]),
                                "start.prompt_token_ids", ("10000000", "[0, 152064)")),
     "no assistant header": (text_only(prompt=TEXT_PROMPT[:-3]), "start.prompt_token_ids", ("assistant",)),
+    "assistant header cut short": (text_only(prompt=TEXT_PROMPT[:-1]), "start.prompt_token_ids",
+                                   ("<|im_start|>assistant\\n", "3 tokens")),
     "user turns too long": (text_only(prompt=LONG_PROMPT), "start.prompt_token_ids",
                             (f"at most {MAX_PROMPT_TOKENS}", "max_prompt_tokens")),
     "span kind unset": (_media([S0, S1, _span(0, S2.offset, 4)]), "start.media[2].kind",
@@ -95,6 +99,12 @@ CASES: dict[str, tuple[list[talker_pb2.SpeakRequest], str, tuple[str, ...]]] = {
     "audio-in-video span over text": ([start(AIV_PROMPT, media=[_span(thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO, 5, 2,
                                                                       grid_thw=[1, 2, 2], audio_length=1)]),
                                        text_end()], "start.media[0]", ("only video and audio placeholders",)),
+    "audio-in-video span without grid": ([start(AIV_PROMPT, media=[_span(thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO, 5, 1,
+                                                                         audio_length=1)]), text_end()],
+                                         "start.media[0].grid_thw", ("(t, h, w)", "audio_in_video")),
+    "video without seconds per grid": ([start(VIDEO_PROMPT, media=[_span(thinker_pb2.MEDIA_KIND_VIDEO, 4, 1,
+                                                                         grid_thw=[1, 2, 2])]), text_end()],
+                                       "start.media[0].second_per_grid", ("is 0.0", "> 0")),
 }
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 
+import av
 import numpy as np
 import pytest
 import soundfile as sf
@@ -112,6 +113,40 @@ def test_over_the_duration_cap_is_rejected(make) -> None:  # type: ignore[no-unt
         decode_audio(data, FIELD, max_seconds=1.5)
     assert err.value.violations[0].field == FIELD
     assert decode_audio(data, FIELD, max_seconds=3.0).seconds >= 2.0
+
+
+def test_a_container_longer_than_the_cap_is_rejected_before_decoding() -> None:
+    # the container's own duration (4 s) is named: the check ran on the header, not after decoding up to the cap
+    with pytest.raises(InvalidArgument, match=r"more than 1.5 s \(at least 4\.\d s\)"):
+        decode_audio(pyav_bytes("ipod", "aac", 16000, 4.0), FIELD, max_seconds=1.5)
+
+
+def test_a_stream_corrupt_inside_is_rejected() -> None:
+    data = bytearray(pyav_bytes("ipod", "aac", 16000, 2.0))
+    rnd = np.random.default_rng(0)
+    third = len(data) // 3
+    data[third:2 * third] = rnd.integers(0, 256, third, dtype=np.uint8).tobytes()  # the header stays whole
+    with pytest.raises(InvalidArgument, match="the audio stream is corrupt") as err:
+        decode_audio(bytes(data), FIELD)
+    assert err.value.violations[0].field == FIELD
+
+
+def test_an_audio_track_without_samples_is_rejected_as_empty() -> None:
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="matroska") as out:  # a video beside a FLAC track that never got a packet
+        video = out.add_stream("mpeg4", rate=10)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        audio = out.add_stream("flac", rate=16000)
+        audio.layout = "mono"
+        for i in range(5):
+            image = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
+            image.pts = i
+            out.mux(video.encode(image))
+        out.mux(video.encode())
+        out.mux(audio.encode())
+    for decode in (decode_audio, extract_video_audio):
+        with pytest.raises(InvalidArgument, match=r"audio is empty \(no samples decoded\)"):
+            decode(buf.getvalue(), FIELD)
 
 
 def test_non_finite_samples_are_rejected() -> None:

@@ -13,6 +13,7 @@ from runtime.errors import (
     InvalidArgument,
     OmniError,
     ResourceExhausted,
+    StageFault,
     Unauthenticated,
     Unavailable,
     Unimplemented,
@@ -35,6 +36,7 @@ def unpack(detail: any_pb2.Any, cls: type) -> object:
     (Unauthenticated("who"), grpc.StatusCode.UNAUTHENTICATED),
     (DeadlineExceeded("late"), grpc.StatusCode.DEADLINE_EXCEEDED),
     (Cancelled("gone"), grpc.StatusCode.CANCELLED),
+    (StageFault("cut short", "vision"), grpc.StatusCode.INTERNAL),
 ])
 def test_codes(err: OmniError, code: grpc.StatusCode) -> None:
     assert grpc_code(err) is code
@@ -68,6 +70,12 @@ def test_unavailable_names_the_stage() -> None:
     assert unpack(status.details[0], error_details_pb2.ErrorInfo).metadata["stage"] == "thinker"
     info = unpack(to_rpc_status(Unavailable("x")).details[0], error_details_pb2.ErrorInfo)
     assert "stage" not in info.metadata
+
+
+def test_a_stage_fault_names_the_stage() -> None:
+    status = to_rpc_status(StageFault("vision stage did not return 'item.1.merged'", "vision"))
+    assert status.code == code_pb2.INTERNAL
+    assert unpack(status.details[0], error_details_pb2.ErrorInfo).metadata["stage"] == "vision"
 
 
 def test_resource_exhausted_carries_retry_info() -> None:
