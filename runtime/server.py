@@ -55,10 +55,17 @@ class StageServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._services: list[str] = []
         self._draining = asyncio.Event()
+        self._failure_checks: list[tuple[str, Callable[[], BaseException | None]]] = []
+        self._watch: asyncio.Task | None = None
 
     def add_service(self, add_fn: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
         add_fn(servicer, self.server)
         self._services.append(full_name)
+
+    def not_serving_once(self, what: str, failure: Callable[[], BaseException | None]) -> None:
+        """Reports NOT_SERVING for good once `failure()` returns an error. An engine whose thread died answers every
+        request UNAVAILABLE: readiness must take this replica out of its Service and liveness restart it."""
+        self._failure_checks.append((what, failure))
 
     @property
     def draining(self) -> bool:
@@ -77,11 +84,27 @@ class StageServer:
         metrics_port = -1 if self.cfg.metrics_port < 0 else self.metrics.serve(self.cfg.host, self.cfg.metrics_port)
         for name in ("", *self._services):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self._failure_checks:
+            self._watch = asyncio.create_task(self._watch_failures(), name="failure-watch")
         log.info("%s serving gRPC on %s:%d, metrics on %d", self.stage, self.cfg.host, port, metrics_port)
         return BoundPorts(port, metrics_port)
 
+    async def _watch_failures(self, period_s: float = 0.5) -> None:
+        while True:  # a poll: the engines fail on their own threads, and this costs nothing between failures
+            for what, failure in self._failure_checks:
+                err = failure()
+                if err is not None:
+                    log.error("%s has failed (%r): reporting NOT_SERVING so this replica is taken out of service and "
+                              "restarted", what, err)
+                    for name in ("", *self._services):
+                        await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+                    return
+            await asyncio.sleep(period_s)
+
     async def stop(self, grace: float | None = None) -> None:
         """Drain: report NOT_SERVING, refuse new calls, let in-flight streams finish within the grace period."""
+        if self._watch is not None:
+            self._watch.cancel()
         self._draining.set()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.cfg.drain_grace_s if grace is None else grace)

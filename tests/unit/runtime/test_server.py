@@ -366,6 +366,36 @@ def test_health_watch_sees_serving_then_not_serving() -> None:
     run(main())
 
 
+def test_a_failed_engine_turns_health_not_serving_for_good(caplog: pytest.LogCaptureFixture) -> None:
+    failure: list[BaseException] = []
+
+    async def main() -> None:
+        srv = StageServer("test", "r0", ServerConfig(port=0, metrics_port=-1), Metrics("test", "r0"))
+        srv.add_service(add_probe, probe_handler(), SERVICE)
+        srv.not_serving_once("the test engine", lambda: failure[0] if failure else None)
+        ports = await srv.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{ports.grpc_port}") as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+
+                async def statuses() -> list[int]:
+                    return [(await health.Check(health_pb2.HealthCheckRequest(service=n), timeout=5)).status
+                            for n in ("", SERVICE)]
+
+                await asyncio.sleep(0.7)  # past a poll or two: nothing has failed, nothing changes
+                assert await statuses() == [health_pb2.HealthCheckResponse.SERVING] * 2
+                failure.append(RuntimeError("device lost"))
+                end = asyncio.get_running_loop().time() + 5
+                while await statuses() != [health_pb2.HealthCheckResponse.NOT_SERVING] * 2:
+                    assert asyncio.get_running_loop().time() < end, "health never turned NOT_SERVING"
+                    await asyncio.sleep(0.1)
+        finally:
+            await srv.stop(0)
+
+    run(main())
+    assert "the test engine has failed (RuntimeError('device lost'))" in caplog.text
+
+
 def test_serve_until_signal_drains_on_sigterm() -> None:
     async def main() -> None:
         async with running(drain_grace_s=0.5) as (srv, _, _p):
