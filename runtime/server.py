@@ -62,7 +62,7 @@ class StageServer:
         add_fn(servicer, self.server)
         self._services.append(full_name)
 
-    def not_serving_once(self, what: str, failure: Callable[[], BaseException | None]) -> None:
+    def not_serving_when(self, what: str, failure: Callable[[], BaseException | None]) -> None:
         """Reports NOT_SERVING for good once `failure()` returns an error. An engine whose thread died answers every
         request UNAVAILABLE: readiness must take this replica out of its Service and liveness restart it."""
         self._failure_checks.append((what, failure))

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 import grpc
 import torch
 
-from omnimesh.v1 import audio_pb2, audio_pb2_grpc, vision_pb2, vision_pb2_grpc
+from omnimesh.v1 import audio_pb2, audio_pb2_grpc, common_pb2, vision_pb2, vision_pb2_grpc
 from runtime.errors import StageFault
 from runtime.metrics import Metrics
 from runtime.tensor_codec import TensorAssembler, encode_tensor
-from omnimesh.v1 import common_pb2
 from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
 
 
