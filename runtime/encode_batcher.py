@@ -4,7 +4,8 @@ Pure asyncio, shared by the encoder stages (vision counts patches, audio its own
 opens a batch; items that arrive within `max_wait_s` join it while the batch stays under `max_batch_size` (a lone
 item over the budget still runs, alone). The encode function runs in a worker thread so the event loop keeps
 serving; its per-item results resolve each caller's future. An item whose caller was cancelled before its batch
-started is dropped.
+started is dropped. A failed encode fails its batch's callers only; one that `is_fatal` names (a device fault) is
+also kept as `fatal_error`, for the stage's health.
 """
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ class EncodeBatcher(Generic[Item, Result]):
         executor: ThreadPoolExecutor | None = None,
         on_batch: Callable[[BatchStats], None] | None = None,
         on_depth: Callable[[int], None] | None = None,
+        is_fatal: Callable[[BaseException], bool] | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size={max_batch_size} must be >= 1")
@@ -76,6 +78,8 @@ class EncodeBatcher(Generic[Item, Result]):
                                                      initializer=name_this_thread, initargs=("encode",))
         self.on_batch = on_batch
         self.on_depth = on_depth
+        self.is_fatal = is_fatal
+        self.fatal_error: BaseException | None = None  # the first encode error `is_fatal` named
         self.queue: asyncio.Queue[Pending[Item, Result]] = asyncio.Queue()
         self.carry: Pending[Item, Result] | None = None  # the item that did not fit the previous batch
         self.task: asyncio.Task[None] | None = None
@@ -161,6 +165,8 @@ class EncodeBatcher(Generic[Item, Result]):
             try:
                 results = await loop.run_in_executor(self.executor, self.encode, [p.item for p in batch])
             except Exception as err:  # noqa: BLE001 - every caller of the batch gets the encoder's error
+                if self.fatal_error is None and self.is_fatal is not None and self.is_fatal(err):
+                    self.fatal_error = err
                 for p in batch:
                     if not p.future.done():
                         p.future.set_exception(err)

@@ -22,3 +22,10 @@ def stage_device(name: str, cpu_threads: int = 0) -> torch.device:
     if cpu_threads or device.type == "cuda":
         torch.set_num_threads(cpu_threads or 1)
     return device
+
+
+def is_device_fault(err: BaseException) -> bool:
+    """An error the accelerator raised (torch.AcceleratorError: "CUDA error: an illegal memory access ...", a lost
+    device). Such errors usually stay with the CUDA context, so every later call fails as well: the stage must be
+    restarted, not retried. Running out of memory is not one (torch.OutOfMemoryError is its own type)."""
+    return isinstance(err, torch.AcceleratorError)

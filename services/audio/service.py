@@ -13,6 +13,7 @@ import torch
 from runtime.config import EncoderConfig
 from runtime.encode_batcher import BatchStats, EncodeBatcher, request_timings
 from runtime.metrics import Metrics
+from runtime.stage_device import is_device_fault
 from services.audio.features import LogMelExtractor, MelConfig
 from services.audio.model import AudioEncoder
 
@@ -69,7 +70,7 @@ class AudioService:
         self.batcher: EncodeBatcher[torch.Tensor, torch.Tensor] = EncodeBatcher(
             self._forward, size_of=lambda clip: mel.num_frames(clip.shape[0]),
             max_batch_size=cfg.max_batch_size, max_wait_s=cfg.batch_wait_ms / 1000,
-            on_batch=self._record_batch, on_depth=metrics.get("omnimesh_queue_depth").set)
+            on_batch=self._record_batch, on_depth=metrics.get("omnimesh_queue_depth").set, is_fatal=is_device_fault)
 
     @property
     def mel_config(self) -> MelConfig:

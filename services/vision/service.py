@@ -9,6 +9,7 @@ import torch
 from runtime.config import EncoderConfig
 from runtime.encode_batcher import BatchStats, EncodeBatcher, request_timings
 from runtime.metrics import Metrics
+from runtime.stage_device import is_device_fault
 from runtime.transfer import to_host
 from services.vision.encoder import VisionEncoder
 from services.vision.model import VisionOutput
@@ -45,7 +46,7 @@ class VisionService:
         self.batcher: EncodeBatcher[MediaFrames, VisionOutput] = EncodeBatcher(
             self._forward, size_of=lambda item: encoder.grid_of(item).num_patches,
             max_batch_size=cfg.max_batch_size, max_wait_s=cfg.batch_wait_ms / 1000,
-            on_batch=self._record_batch, on_depth=metrics.get("omnimesh_queue_depth").set)
+            on_batch=self._record_batch, on_depth=metrics.get("omnimesh_queue_depth").set, is_fatal=is_device_fault)
 
     @property
     def processing(self) -> VisionProcessingConfig:

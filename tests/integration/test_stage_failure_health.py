@@ -1,5 +1,7 @@
-"""The thinker and talker stages, built as their processes build them, turn their health NOT_SERVING when their
-engine's thread dies: the engine's next step is made to raise, as a lost device would, and a request drives it."""
+"""Every GPU stage, built as its process builds it, turns its health NOT_SERVING when its compute has failed for
+good: the thinker's and talker's engine thread dies (its next step is made to raise, as a lost device would); the
+vision and audio encoders raise an accelerator error (torch.AcceleratorError, which stays with a CUDA context). A
+request drives each; an error an encoder can recover from (out of memory) fails its request and nothing else."""
 from __future__ import annotations
 
 import asyncio
@@ -10,21 +12,33 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+import torch
+
 from omnimesh.v1 import common_pb2, thinker_pb2, thinker_pb2_grpc
 from runtime.config import ServerConfig, load_mesh_config
 from runtime.engine.engine import Engine
 from runtime.metrics import Metrics
 from runtime.server import StageServer
+from services.audio.build import build_audio
+from services.audio.model.encoder import AudioEncoder
 from services.talker.build import build_talker
 from services.talker.model.generate import TalkerRunner
 from services.thinker.build import build_thinker
+from services.vision.build import build_vision
+from services.vision.model.tower import VisionTower
+from tests.integration.audio.audio_calls import clip, encode, request
 from tests.integration.talker.talker_calls import speak, text_only
+from tests.integration.vision.vision_calls import encode_raw, frame_msgs, frames, start_msg
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def _device_lost(*args: object, **kwargs: object) -> None:
-    raise RuntimeError("device lost")
+    raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+
+
+def _out_of_memory(*args: object, **kwargs: object) -> None:
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
 
 async def _generate(addr: str) -> None:
@@ -35,15 +49,21 @@ async def _generate(addr: str) -> None:
             pass
 
 
+def _image(addr: str) -> Awaitable[object]:
+    return encode_raw(addr, [start_msg((False, [1, 2, 2])), *frame_msgs("item.0", frames(1, 32, 32))])
+
+
 STAGES: dict[str, tuple[Callable, tuple[type, str], Callable[[str], Awaitable[object]]]] = {
     "thinker": (build_thinker, (Engine, "step"), _generate),
     "talker": (build_talker, (TalkerRunner, "step"), lambda addr: speak(addr, text_only())),
+    "vision": (build_vision, (VisionTower, "forward"), _image),
+    "audio": (build_audio, (AudioEncoder, "encode"), lambda addr: encode(addr, request([clip(1.0)]))),
 }
 
 
-@pytest.mark.parametrize("stage", sorted(STAGES))
-def test_an_engine_that_dies_makes_its_stage_not_serving(stage: str, demo_ckpt: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def _statuses_around_a_failure(stage: str, demo_ckpt: Path, monkeypatch: pytest.MonkeyPatch,
+                               fault: Callable[..., None]) -> tuple[list[int], grpc.StatusCode]:
+    """Health before, the failed request's code, and health once it settled (up to 3 s after the failure)."""
     build, (cls, method), call = STAGES[stage]
     mesh = load_mesh_config(None, {"thinker.engine.kv_cache_bytes": 4 << 20, "talker.speech.max_rows": 2})
 
@@ -60,10 +80,10 @@ def test_an_engine_that_dies_makes_its_stage_not_serving(stage: str, demo_ckpt: 
                     return (await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)).status
 
                 seen = [await status()]
-                monkeypatch.setattr(cls, method, _device_lost)
+                monkeypatch.setattr(cls, method, fault)
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
                     await asyncio.wait_for(call(addr), 30)
-                for _ in range(50):
+                for _ in range(30):  # 3 s: six polls of the server's failure watch
                     if (now := await status()) != SERVING:
                         break
                     await asyncio.sleep(0.1)
@@ -72,6 +92,19 @@ def test_an_engine_that_dies_makes_its_stage_not_serving(stage: str, demo_ckpt: 
             await server.stop(0)
             close()
 
-    statuses, code = asyncio.run(main())
-    assert code == grpc.StatusCode.UNAVAILABLE
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_a_device_fault_makes_the_stage_not_serving(stage: str, demo_ckpt: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    statuses, code = _statuses_around_a_failure(stage, demo_ckpt, monkeypatch, _device_lost)
+    assert code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
     assert statuses == [SERVING, NOT_SERVING]
+
+
+@pytest.mark.parametrize("stage", ["audio", "vision"])
+def test_an_encoder_out_of_memory_fails_only_its_request(stage: str, demo_ckpt: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    statuses, _ = _statuses_around_a_failure(stage, demo_ckpt, monkeypatch, _out_of_memory)
+    assert statuses == [SERVING, SERVING]

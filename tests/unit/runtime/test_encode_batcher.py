@@ -66,6 +66,25 @@ def test_encoder_error_reaches_every_caller_of_the_batch() -> None:
     asyncio.run(scenario())
 
 
+def test_only_an_error_is_fatal_names_is_kept_as_fatal() -> None:
+    def device_lost(items: Sequence[int]) -> list[int]:
+        raise RuntimeError("device lost")
+
+    async def scenario() -> tuple[object, object]:
+        batcher = make(FakeEncoder(fail_on=2), is_fatal=lambda err: "device" in str(err))
+        with pytest.raises(RuntimeError):
+            await batcher.submit(2)
+        recoverable = batcher.fatal_error
+        batcher.encode = device_lost
+        with pytest.raises(RuntimeError, match="device lost"):
+            await batcher.submit(1)
+        await batcher.stop()
+        return recoverable, batcher.fatal_error
+
+    recoverable, fatal = asyncio.run(scenario())
+    assert recoverable is None and str(fatal) == "device lost"
+
+
 def test_cancelled_caller_is_dropped() -> None:
     async def scenario() -> None:
         gate = threading.Event()
