@@ -98,15 +98,23 @@ class Supervisor:
                 time.sleep(0.2)
         raise RuntimeError(f"{child.name} never reported SERVING on port {child.grpc_port}")
 
-    def wait(self) -> int:
-        """Blocks until a signal or a child exits; returns the exit code for `omnimesh up`."""
+    def wait(self, health_every_s: float = 2.0) -> int:
+        """Blocks until a signal, a child's exit, or a child reporting NOT_SERVING (a stage whose compute failed for
+        good says so on its health service and in its log); returns the exit code for `omnimesh up`."""
         stop = {"signal": None}
 
         def on_signal(signum: int, _frame: object) -> None:
             stop["signal"] = signum
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self._watch_children(stop, health_every_s)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _watch_children(self, stop: dict, health_every_s: float) -> int:
+        next_health = time.monotonic() + health_every_s
         while stop["signal"] is None:
             for child in self.children:
                 code = child.process.poll()
@@ -114,10 +122,27 @@ class Supervisor:
                     log.error("%s exited with code %s; stopping the mesh", child.name, code)
                     self.stop_all()
                     return 1
+            if time.monotonic() >= next_health:
+                sick = next((c for c in self.children if self._not_serving(c)), None)
+                if sick is not None:
+                    log.error("%s reports NOT_SERVING (its log says why); stopping the mesh", sick.name)
+                    self.stop_all()
+                    return 1
+                next_health = time.monotonic() + health_every_s
             time.sleep(0.2)
         log.info("signal %s: stopping the mesh", stop["signal"])
         self.stop_all()
         return 0
+
+    def _not_serving(self, child: Child) -> bool:
+        """True only for an answer of NOT_SERVING: a child too busy to answer in time is not judged on that."""
+        with grpc.insecure_channel(f"{self.host}:{child.grpc_port}") as channel:
+            try:
+                status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
+                                                                    timeout=2).status
+            except grpc.RpcError:
+                return False
+        return status == health_pb2.HealthCheckResponse.NOT_SERVING
 
     def stop_all(self, grace_s: float = 30.0) -> None:
         """SIGTERM to every child (gateway first, so it drains before the stages go), then SIGKILL stragglers."""

@@ -23,3 +23,16 @@ def test_a_child_that_dies_fails_the_start_while_another_still_loads() -> None:
     finally:
         sup.stop_all(grace_s=5)
     assert all(c.process.poll() is not None for c in sup.children)
+
+
+def test_a_child_that_reports_not_serving_stops_the_mesh() -> None:
+    sup = Supervisor("127.0.0.1")
+    child = "tests.unit.gateway.health_flip_child"
+    try:
+        sup.start_together([("steady", child, ["60"]), ("sick", child, ["1.0"])], ready_timeout_s=30)
+        t0 = time.monotonic()
+        assert sup.wait(health_every_s=0.5) == 1
+        assert time.monotonic() - t0 < 10
+    finally:
+        sup.stop_all(grace_s=5)
+    assert all(c.process.poll() is not None for c in sup.children)  # both stopped, the steady one too

@@ -1,0 +1,24 @@
+"""A child for the supervisor's tests: serves grpc.health.v1 on a free loopback port, prints the ready line, reports
+SERVING, then NOT_SERVING after `argv[1]` seconds (as a stage whose engine died does), and lives on."""
+from __future__ import annotations
+
+import sys
+import time
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from runtime.server import BoundPorts, announce_ready
+
+if __name__ == "__main__":
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    announce_ready(BoundPorts(port, -1))
+    time.sleep(float(sys.argv[1]))
+    servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    time.sleep(60)
