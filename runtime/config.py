@@ -100,10 +100,15 @@ class EncoderConfig:
     max_batch_size: int = 65536  # per forward; a 60 s, 2 fps, 448x448 video (47,040 patches) runs whole
     max_request_size: int = 262144  # per Encode call: 65,536 vision tokens, the released thinker's context
     batch_wait_ms: float = 5.0  # how long a forward waits for more items once its first item is queued
+    # work accepted and not finished (read, queued, computing) past which new requests get RESOURCE_EXHAUSTED: two
+    # whole requests; vision's ~616 MB of frames (60 s, 2 fps, 448x448 videos: ~11), audio's ~87 min of samples
+    max_pending_size: int = 524288
 
     def __post_init__(self) -> None:
         _check(self.max_batch_size >= 1, "max_batch_size", self.max_batch_size, "use a value >= 1")
         _check(self.max_request_size >= 1, "max_request_size", self.max_request_size, "use a value >= 1")
+        _check(self.max_pending_size >= self.max_request_size, "max_pending_size", self.max_pending_size,
+               f"use a value >= max_request_size ({self.max_request_size}), or the largest request never shares")
         _check(self.batch_wait_ms >= 0, "batch_wait_ms", self.batch_wait_ms, "use a value >= 0 (0: no waiting)")
 
 

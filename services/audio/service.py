@@ -14,6 +14,7 @@ from runtime.config import EncoderConfig
 from runtime.encode_batcher import BatchStats, EncodeBatcher, request_timings
 from runtime.metrics import Metrics
 from runtime.stage_device import is_device_fault
+from runtime.work_budget import WorkBudget
 from services.audio.features import LogMelExtractor, MelConfig
 from services.audio.model import AudioEncoder
 
@@ -67,6 +68,7 @@ class AudioService:
         mel = extractor.config
         self.limits = AudioLimits(mel.min_samples, cfg.max_request_size, cfg.max_batch_size, mel.hop_length,
                                   mel.sampling_rate)
+        self.pending = WorkBudget("audio", "mel frames", cfg.max_pending_size, "audio.encoder.max_pending_size")
         self.batcher: EncodeBatcher[torch.Tensor, torch.Tensor] = EncodeBatcher(
             self._forward, size_of=lambda clip: mel.num_frames(clip.shape[0]),
             max_batch_size=cfg.max_batch_size, max_wait_s=cfg.batch_wait_ms / 1000,

@@ -8,7 +8,7 @@ import grpc
 from omnimesh.v1 import audio_pb2, audio_pb2_grpc, common_pb2
 from runtime.logs import request_id_var
 from services.audio.service import AudioService
-from services.audio.wire import read_encode_input, to_pb
+from services.audio.wire import read_clips, read_start, to_pb
 
 
 class AudioServicer(audio_pb2_grpc.AudioServicer):
@@ -18,11 +18,13 @@ class AudioServicer(audio_pb2_grpc.AudioServicer):
 
     async def Encode(self, request_iterator: AsyncIterator[audio_pb2.AudioRequest],
                      context: grpc.aio.ServicerContext) -> AsyncIterator[audio_pb2.AudioResponse]:
-        inp = await read_encode_input(request_iterator, self._service.limits)
-        request_id_var.set(inp.request_id or "-")
-        async for out in self._service.encode(inp):
-            for msg in to_pb(out):
-                yield msg
+        head = await read_start(request_iterator, self._service.limits)
+        request_id_var.set(head.request_id or "-")
+        with self._service.pending.hold(head.frames):  # before the samples are read: they are most of the bytes
+            inp = await read_clips(request_iterator, head)
+            async for out in self._service.encode(inp):
+                for msg in to_pb(out):
+                    yield msg
 
     async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> common_pb2.StageInfo:
         return self._info

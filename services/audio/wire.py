@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -14,20 +15,33 @@ _FLOAT32 = common_pb2.DTYPE_FLOAT32
 _BYTES_PER_SAMPLE = 4
 
 
-async def read_encode_input(requests: AsyncIterator[audio_pb2.AudioRequest], limits: AudioLimits) -> EncodeInput:
-    """Consumes the whole request stream: start, then every clip's sample chunks, until the client half-closes."""
+@dataclass(frozen=True)
+class EncodeStart:
+    """What an Encode call's `start` message promises, checked before any sample is read."""
+
+    request_id: str
+    counts: list[int]  # samples of each clip
+    frames: int  # their log-mel frames: the stage's unit of work
+
+
+async def read_start(requests: AsyncIterator[audio_pb2.AudioRequest], limits: AudioLimits) -> EncodeStart:
+    """The `start` message, checked against the replica's limits."""
     first = await anext(requests, None)
     if first is None or first.WhichOneof("msg") != "start":
         raise InvalidArgument("start", "the first message of Encode must be `start`")
-    start = first.start
-    counts = [int(n) for n in start.num_samples]
-    check_num_samples(counts, limits)
-    clips = await _read_clips(requests, counts)
-    return EncodeInput(start.request_id, [clips[f"clip.{i}"] for i in range(len(counts))])
+    counts = [int(n) for n in first.start.num_samples]
+    return EncodeStart(first.start.request_id, counts, _check_num_samples(counts, limits))
 
 
-def check_num_samples(counts: list[int], limits: AudioLimits) -> None:
-    """Rejects what `start.num_samples` promises before any sample is read: no clips, a too short clip, too much."""
+async def read_clips(requests: AsyncIterator[audio_pb2.AudioRequest], head: EncodeStart) -> EncodeInput:
+    """The rest of the stream: every clip's sample chunks, until the client half-closes."""
+    clips = await _read_clips(requests, head.counts)
+    return EncodeInput(head.request_id, [clips[f"clip.{i}"] for i in range(len(head.counts))])
+
+
+def _check_num_samples(counts: list[int], limits: AudioLimits) -> int:
+    """Rejects what `start.num_samples` promises before any sample is read: no clips, a too short clip, too much;
+    returns the clips' log-mel frames."""
     if not counts:
         raise InvalidArgument("start.num_samples", "is empty; send at least one clip")
     for i, n in enumerate(counts):
@@ -42,6 +56,7 @@ def check_num_samples(counts: list[int], limits: AudioLimits) -> None:
                               f"max_request_seconds={limits.max_request_seconds:g} (mesh.audio.encoder."
                               f"max_request_size={limits.max_request_frames} mel frames, 100 per second); "
                               f"send less audio or split it over several requests")
+    return frames
 
 
 async def _read_clips(requests: AsyncIterator[audio_pb2.AudioRequest], counts: list[int]) -> dict[str, torch.Tensor]:

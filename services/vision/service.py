@@ -11,6 +11,7 @@ from runtime.encode_batcher import BatchStats, EncodeBatcher, request_timings
 from runtime.metrics import Metrics
 from runtime.stage_device import is_device_fault
 from runtime.transfer import to_host
+from runtime.work_budget import WorkBudget
 from services.vision.encoder import VisionEncoder
 from services.vision.model import VisionOutput
 from services.vision.preprocess import MediaFrames
@@ -43,6 +44,7 @@ class VisionService:
         self.metrics = metrics
         self.max_batch_patches = cfg.max_batch_size
         self.max_request_patches = cfg.max_request_size
+        self.pending = WorkBudget("vision", "patches", cfg.max_pending_size, "vision.encoder.max_pending_size")
         self.batcher: EncodeBatcher[MediaFrames, VisionOutput] = EncodeBatcher(
             self._forward, size_of=lambda item: encoder.grid_of(item).num_patches,
             max_batch_size=cfg.max_batch_size, max_wait_s=cfg.batch_wait_ms / 1000,

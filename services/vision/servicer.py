@@ -8,7 +8,7 @@ import grpc
 from omnimesh.v1 import common_pb2, vision_pb2, vision_pb2_grpc
 from runtime.logs import request_id_var
 from services.vision.service import VisionService
-from services.vision.wire import read_encode_input, to_pb
+from services.vision.wire import read_items, read_start, to_pb
 
 
 class VisionServicer(vision_pb2_grpc.VisionServicer):
@@ -18,11 +18,13 @@ class VisionServicer(vision_pb2_grpc.VisionServicer):
 
     async def Encode(self, request_iterator: AsyncIterator[vision_pb2.VisionRequest],
                      context: grpc.aio.ServicerContext) -> AsyncIterator[vision_pb2.VisionResponse]:
-        inp = await read_encode_input(request_iterator, self._service.processing, self._service.max_request_patches)
-        request_id_var.set(inp.request_id or "-")
-        async for out in self._service.encode(inp):
-            for msg in to_pb(out):
-                yield msg
+        head = await read_start(request_iterator, self._service.processing, self._service.max_request_patches)
+        request_id_var.set(head.request_id or "-")
+        with self._service.pending.hold(head.num_patches):  # before the frames are read: they are most of the bytes
+            inp = await read_items(request_iterator, head)
+            async for out in self._service.encode(inp):
+                for msg in to_pb(out):
+                    yield msg
 
     async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> common_pb2.StageInfo:
         return self._info

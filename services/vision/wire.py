@@ -41,22 +41,39 @@ class ItemSpec:
         return self.max_frames * self.height * self.width * 3
 
 
-async def read_encode_input(requests: AsyncIterator[vision_pb2.VisionRequest], cfg: VisionProcessingConfig,
-                            max_request_patches: int) -> EncodeInput:
-    """Consumes the whole request stream: start, then every item's frame chunks, until the client half-closes."""
+@dataclass(frozen=True)
+class EncodeStart:
+    """What an Encode call's `start` message promises, checked before any frame is read."""
+
+    request_id: str
+    specs: list[ItemSpec]
+
+    @property
+    def num_patches(self) -> int:
+        return sum(s.grid.num_patches for s in self.specs)
+
+
+async def read_start(requests: AsyncIterator[vision_pb2.VisionRequest], cfg: VisionProcessingConfig,
+                     max_request_patches: int) -> EncodeStart:
+    """The `start` message, checked: every item's grid, and the request's patches against the replica's limit."""
     first = await anext(requests, None)
     if first is None or first.WhichOneof("msg") != "start":
         raise InvalidArgument("start", "the first message of Encode must be `start`")
     start = first.start
     if not start.items:
         raise InvalidArgument("start.items", "is empty; send at least one image or video")
-    specs = [_item_spec(i, item, cfg) for i, item in enumerate(start.items)]
-    total = sum(s.grid.num_patches for s in specs)
-    if total > max_request_patches:
-        raise InvalidArgument("start.items", f"hold {total} patches, over this replica's limit max_request_patches="
-                              f"{max_request_patches}; send fewer or smaller items, or split the request")
-    frames = await _read_frames(requests, specs)
-    return EncodeInput(start.request_id, [MediaFrames(s.kind, frames[f"item.{i}"]) for i, s in enumerate(specs)])
+    head = EncodeStart(start.request_id, [_item_spec(i, item, cfg) for i, item in enumerate(start.items)])
+    if head.num_patches > max_request_patches:
+        raise InvalidArgument("start.items", f"hold {head.num_patches} patches, over this replica's limit "
+                              f"max_request_patches={max_request_patches}; send fewer or smaller items, or split the "
+                              "request")
+    return head
+
+
+async def read_items(requests: AsyncIterator[vision_pb2.VisionRequest], head: EncodeStart) -> EncodeInput:
+    """The rest of the stream: every item's frame chunks, until the client half-closes."""
+    frames = await _read_frames(requests, head.specs)
+    return EncodeInput(head.request_id, [MediaFrames(s.kind, frames[f"item.{i}"]) for i, s in enumerate(head.specs)])
 
 
 def _item_spec(i: int, item: vision_pb2.VisionItem, cfg: VisionProcessingConfig) -> ItemSpec:
