@@ -9,7 +9,7 @@ import grpc
 
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from runtime.config import GatewayConfig
-from runtime.errors import OmniError
+from runtime.errors import OmniError, ResourceExhausted
 from runtime.logs import request_id_var
 from gateway.auth import check_api_key
 from gateway.chat_input import chat_input_from_pb
@@ -22,6 +22,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         self._service = service
         self._cfg = cfg
         self._info = info
+        self._in_flight = 0  # Chat streams open now; one event loop serves them, so a plain count does
 
     async def Chat(self, request: omni_pb2.ChatRequest,
                    context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.ChatEvent]:
@@ -29,8 +30,13 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         t0 = time.monotonic()
         code = "OK"
         m.get("omnimesh_requests_in_flight").inc()
+        self._in_flight += 1
         try:
             check_api_key(context.invocation_metadata() or (), self._cfg.api_keys)
+            if self._in_flight > self._cfg.max_in_flight:
+                raise ResourceExhausted(f"this gateway holds {self._in_flight - 1} chat streams, its limit "
+                                        f"gateway.max_in_flight={self._cfg.max_in_flight}; retry shortly, or add "
+                                        "gateway replicas")
             chat = chat_input_from_pb(request, self._cfg.sampling)
             request_id_var.set(chat.request_id)
             seq = 0
@@ -44,6 +50,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
             code = "DEADLINE_EXCEEDED" if (context.time_remaining() or 1) <= 0 else "CANCELLED"
             raise
         finally:
+            self._in_flight -= 1
             m.get("omnimesh_requests_in_flight").dec()
             outcome = "ok" if code == "OK" else "cancelled" if code in ("CANCELLED", "DEADLINE_EXCEEDED") else "error"
             m.get("omnimesh_requests_total", outcome=outcome, code=code).inc()

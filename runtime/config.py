@@ -226,8 +226,12 @@ class GatewayConfig:
     max_audio_seconds: float = 600.0  # longest audio clip (or video sound track) a request may carry
     max_video_frames: int = 768  # most frames sampled from one video
     video_fps: float = 2.0  # frames sampled per second of video (whole M-RoPE times need 2 / fps * 13 whole)
+    # Chat streams one replica serves at once; past it RESOURCE_EXHAUSTED with RetryInfo, before any media is decoded
+    # (decoded media is held in memory until the stages took it). Scale gateways on omnimesh_requests_in_flight.
+    max_in_flight: int = 1024
 
     def __post_init__(self) -> None:
+        _check(self.max_in_flight >= 1, "max_in_flight", self.max_in_flight, "use a value >= 1")
         _check(self.stage_timeout_s > 0, "stage_timeout_s", self.stage_timeout_s, "use a positive number of seconds")
         _check(self.max_audio_seconds > 0, "max_audio_seconds", self.max_audio_seconds, "use a positive duration")
         _check(self.max_video_frames >= 2, "max_video_frames", self.max_video_frames,

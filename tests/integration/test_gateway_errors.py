@@ -7,10 +7,13 @@ import socket
 
 import grpc
 import pytest
+import yaml
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from tests.integration.client import chat_error, chat_request, collect
-from tests.integration.conftest import python_module
+from tests.integration.conftest import TEST_MESH, python_module
 from tests.integration.mesh_process import Proc, start
 from tests.integration.status_checks import violated_fields
 
@@ -97,6 +100,47 @@ def start_gateway(demo_ckpt, mesh_config, thinker_addr: str, env: dict[str, str]
     finally:
         os.environ.clear()
         os.environ.update(old)
+
+
+def test_streams_past_max_in_flight_are_resource_exhausted(demo_ckpt, tmp_path, mesh: Proc) -> None:
+    """With max_in_flight 1, a second stream while the first is open is refused with RetryInfo; once the first
+    ended, the next is served."""
+    config = tmp_path / "mesh.yaml"
+    config.write_text(yaml.safe_dump({**TEST_MESH, "gateway": {**TEST_MESH["gateway"], "max_in_flight": 1}}))
+    gw = start_gateway(demo_ckpt, config, f"127.0.0.1:{mesh.ports['thinker']['grpc_port']}")
+    addr = f"127.0.0.1:{gw.ports['grpc_port']}"
+
+    async def second_while_first_open() -> grpc.aio.AioRpcError:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            first = omni_pb2_grpc.OmniStub(channel).Chat(chat_request("hi", common_pb2.SamplingParams(
+                max_tokens=900, temperature=1.0)))
+            await first.read()  # it is open: its first text arrived
+            err = await chat_error(addr, chat_request("hi", common_pb2.SamplingParams(max_tokens=2)))
+            first.cancel()
+            return err
+
+    try:
+        err = asyncio.run(second_while_first_open())
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "holds 1 chat streams, its limit gateway.max_in_flight=1" in err.details()
+        assert any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in rpc_status.from_call(err).details)
+        assert asyncio.run(_served_once_freed(addr)) == 2
+    finally:
+        assert gw.stop() == 0
+
+
+async def _served_once_freed(addr: str) -> int:
+    """Tokens of a short request, retried while the gateway still counts a stream the client just cancelled."""
+    req = chat_request("hi", common_pb2.SamplingParams(max_tokens=2))
+    for _ in range(25):
+        try:
+            async with grpc.aio.insecure_channel(addr) as channel:
+                tokens, _ = await collect(omni_pb2_grpc.OmniStub(channel), req)
+                return len(tokens)
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            await asyncio.sleep(0.2)
+    raise AssertionError("the gateway kept refusing after the open stream was cancelled")
 
 
 def test_thinker_down_is_unavailable(demo_ckpt, mesh_config) -> None:
