@@ -24,8 +24,18 @@ log = logging.getLogger(__name__)
 class Child:
     name: str
     process: subprocess.Popen
+    host: str  # where its health service is dialled
     grpc_port: int = 0
     metrics_port: int = -1
+
+
+def dial_host(listen_host: str) -> str:
+    """The address to reach a server that listens on `listen_host`: a wildcard is reached on loopback."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1", "": "127.0.0.1"}.get(listen_host, listen_host)
+
+
+def target(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 class Supervisor:
@@ -33,12 +43,15 @@ class Supervisor:
         self.host = host
         self.children: list[Child] = []
 
-    def start(self, name: str, module: str, args: list[str], ready_timeout_s: float) -> Child:
-        """Runs `python -m module args`, waits for its ready line and a SERVING health check."""
-        (child,) = self.start_together([(name, module, args)], ready_timeout_s)
+    def start(self, name: str, module: str, args: list[str], ready_timeout_s: float, host: str | None = None
+              ) -> Child:  # fmt: skip
+        """Runs `python -m module args`, waits for its ready line and a SERVING health check; `host`: where the
+        child listens, when not on this supervisor's host (the gateway on `--host`)."""
+        (child,) = self.start_together([(name, module, args)], ready_timeout_s, host)
         return child
 
-    def start_together(self, specs: list[tuple[str, str, list[str]]], ready_timeout_s: float) -> list[Child]:
+    def start_together(self, specs: list[tuple[str, str, list[str]]], ready_timeout_s: float,
+                       host: str | None = None) -> list[Child]:
         """Runs every (name, module, args) at once and waits until all are ready and healthy, so they load in
         parallel: the stages of a mesh need nothing from one another to come up (at the released dims the
         thinker's load overlaps the talker's graph captures). The first failure is raised as soon as it happens;
@@ -47,7 +60,8 @@ class Supervisor:
         for name, module, args in specs:
             cmd = [sys.executable, "-m", module, *args]
             log.info("starting %s: %s", name, " ".join(cmd))
-            children.append(Child(name, subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)))
+            children.append(Child(name, subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True),
+                                  dial_host(host or self.host)))
             self.children.append(children[-1])
         outcomes: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
 
@@ -85,7 +99,7 @@ class Supervisor:
         raise RuntimeError(f"{child.name} did not become ready" + (f" (exit code {code})" if code is not None else ""))
 
     def _wait_healthy(self, child: Child, timeout_s: float) -> None:
-        with grpc.insecure_channel(f"{self.host}:{child.grpc_port}") as channel:
+        with grpc.insecure_channel(target(child.host, child.grpc_port)) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
@@ -136,7 +150,7 @@ class Supervisor:
 
     def _not_serving(self, child: Child) -> bool:
         """True only for an answer of NOT_SERVING: a child too busy to answer in time is not judged on that."""
-        with grpc.insecure_channel(f"{self.host}:{child.grpc_port}") as channel:
+        with grpc.insecure_channel(target(child.host, child.grpc_port)) as channel:
             try:
                 status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
                                                                     timeout=2).status

@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
             mesh = replace(mesh, **{child.name: replace(mesh.stage(child.name),
                                                         address=f"127.0.0.1:{child.grpc_port}")})
         write_mesh_config(mesh, config_path)
-        gateway = sup.start("gateway", "gateway", [*common, "--replica", "gateway-0"], args.ready_timeout)
+        gateway = sup.start("gateway", "gateway", [*common, "--replica", "gateway-0"], args.ready_timeout,
+                            host=gw_server.host)
     except BaseException:
         sup.stop_all()
         raise
