@@ -51,6 +51,9 @@ SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("omnimesh_queue_time_seconds", "histogram", "Time a request waited before its first batch.", (),
                TTFT_BUCKETS),
     MetricSpec("omnimesh_queue_depth", "gauge", "Requests waiting for a batch."),
+    MetricSpec("omnimesh_stage_failures_total", "counter",
+               "Times this process's compute failed for good (engine thread died, device fault); it then reports "
+               "NOT_SERVING until restarted."),
     MetricSpec("omnimesh_requests_running", "gauge", "Requests in the running batch."),
     MetricSpec("omnimesh_kv_usage_ratio", "gauge", "Share of KV cache blocks in use."),
     MetricSpec("omnimesh_batch_size", "histogram", "Rows per step.", (), COUNT_BUCKETS),

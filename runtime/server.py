@@ -96,6 +96,7 @@ class StageServer:
                 if err is not None:
                     log.error("%s has failed (%r): reporting NOT_SERVING so this replica is taken out of service and "
                               "restarted", what, err)
+                    self.metrics.get("omnimesh_stage_failures_total").inc()
                     for name in ("", *self._services):
                         await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
                     return

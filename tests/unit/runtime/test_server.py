@@ -389,6 +389,8 @@ def test_a_failed_engine_turns_health_not_serving_for_good(caplog: pytest.LogCap
                 while await statuses() != [health_pb2.HealthCheckResponse.NOT_SERVING] * 2:
                     assert asyncio.get_running_loop().time() < end, "health never turned NOT_SERVING"
                     await asyncio.sleep(0.1)
+                assert srv.metrics.registry.get_sample_value("omnimesh_stage_failures_total",
+                                                             {"stage": "test", "replica": "r0"}) == 1
         finally:
             await srv.stop(0)
 
