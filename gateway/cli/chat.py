@@ -38,9 +38,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int)
     p.add_argument("--min-p", type=float)
     p.add_argument("--repetition-penalty", type=float)
+    p.add_argument("--presence-penalty", type=float)
+    p.add_argument("--frequency-penalty", type=float)
     p.add_argument("--seed", type=int)
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--stop-token-id", action="append", default=[], type=int, help="stop token id (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="generate max_tokens whatever the model's end tokens")
     p.add_argument("--logprobs", type=int, default=0, metavar="N", help="return N top logprobs per token")
     p.add_argument("--image", action="append", default=[], type=media_file, help="image file (repeatable)")
     p.add_argument("--audio", action="append", default=[], type=media_file, help="audio file (repeatable)")
@@ -58,12 +62,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def build_request(args: argparse.Namespace) -> omni_pb2.ChatRequest:
-    sampling = common_pb2.SamplingParams(stop=args.stop, top_logprobs=args.logprobs, logprobs=args.logprobs > 0)
+    sampling = common_pb2.SamplingParams(stop=args.stop, stop_token_ids=args.stop_token_id, ignore_eos=args.ignore_eos,
+                                         top_logprobs=args.logprobs, logprobs=args.logprobs > 0)
     if args.greedy:
         sampling.temperature = 0.0
-    for flag, name in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"), ("min_p", "min_p"),
-                       ("repetition_penalty", "repetition_penalty"), ("seed", "seed"), ("max_tokens", "max_tokens")):
-        value = getattr(args, flag)
+    for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty", "seed", "max_tokens"):  # flags spelled as the SamplingParams fields
+        value = getattr(args, name)
         if value is not None:
             setattr(sampling, name, value)
     content = []

@@ -62,6 +62,23 @@ def test_info_describes_a_text_only_mesh(gateway_addr: str) -> None:
     assert not got.voices
 
 
+def test_every_sampling_flag_reaches_the_thinker(gateway_addr: str) -> None:
+    """--ignore-eos runs to max_tokens; a stop token id ends the answer at that token; the penalties are accepted
+    (and a bad one is named by its field)."""
+    code, events = chat_json(gateway_addr, "Hello", "--ignore-eos", "--max-tokens", "6", "--greedy",
+                             "--presence-penalty", "0.5", "--frequency-penalty", "0.5", "--repetition-penalty", "1.1")
+    assert code == 0, events
+    tokens = [t for e in events if e["type"] == "text" for t in e["token_ids"]]
+    assert len(tokens) == 6 and events[-1]["finish_reason"] == "length"
+    code, stopped = chat_json(gateway_addr, "Hello", "--ignore-eos", "--max-tokens", "6", "--greedy",
+                              "--presence-penalty", "0.5", "--frequency-penalty", "0.5", "--repetition-penalty", "1.1",
+                              "--stop-token-id", str(tokens[2]))
+    assert code == 0 and stopped[-1]["finish_reason"] == "stop"
+    assert [t for e in stopped if e["type"] == "text" for t in e["token_ids"]] == tokens[:tokens.index(tokens[2]) + 1]
+    code, bad = chat_json(gateway_addr, "Hello", "--frequency-penalty", "7")
+    assert code == 1 and bad[-1]["field_violations"][0]["field"] == "sampling.frequency_penalty"
+
+
 def test_the_info_command_prints_the_mesh(gateway_addr: str) -> None:
     plain = subprocess.run([OMNIMESH, "info", "--addr", gateway_addr], capture_output=True, text=True, timeout=60)
     assert plain.returncode == 0, plain.stderr
