@@ -1,0 +1,23 @@
+"""bench/soak/soak_mesh.py on the demo model, two small waves: it runs the whole mix through a real mesh, every
+request ends as the mix intends (served, cancelled by the client, or past its deadline), and it writes its result."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_soak_runs_the_whole_mix(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "soak" / "soak_mesh.py"), "--waves", "2", "--per-wave",
+                          "16", "--out", str(out)], capture_output=True, text=True, timeout=400, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["unexpected_codes"] == {} and result["mesh_exit_code"] == 0
+    codes = [w["codes"] for w in result["waves"]]
+    assert all(c.get("OK", 0) > 0 and c.get("CANCELLED", 0) > 0 and c.get("DEADLINE_EXCEEDED", 0) > 0 for c in codes)
+    assert set(result["growth"]) == {"gateway", "thinker", "vision", "audio", "talker"}
+    assert all(set(g) == {"rss_mib", "fds", "threads"} for g in result["growth"].values())
