@@ -4,7 +4,8 @@ would turn into an OOM kill at 3 a.m.)?
 
 The mix, by request index: text; an image; an audio clip; a video heard with its sound track; every fourth asks for
 speech; every fifth is cancelled by the client after its first event; every seventh asks for 400 tokens with a 0.5 s
-deadline, so it ends mid-generation (DEADLINE_EXCEEDED). `growth` compares the last wave with the second (the first warms allocators and caches).
+deadline, so it ends mid-generation (DEADLINE_EXCEEDED). `growth` compares the last wave with the second (the first
+warms allocators and caches).
 
     PYTHONPATH=.:protos python3 bench/soak/soak_mesh.py --waves 6 --per-wave 200 --out bench/results/soak.json
 """
