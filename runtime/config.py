@@ -314,7 +314,15 @@ def load_mesh_config(path: Path | None = None, overrides: dict[str, Any] | None 
     """The YAML at `path` (defaults when None) with dotted-key overrides applied, e.g. {"thinker.device": "cuda"}."""
     data: dict[str, Any] = {}
     if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text())
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except yaml.YAMLError as err:  # a config is user input: a ValueError naming the file, as for a bad field
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise ValueError(f"{path} is not valid YAML: {getattr(err, 'problem', None) or err}{where}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{path} must hold a mapping of sections (thinker:, vision:, ...), not "
+                             f"{type(loaded).__name__}")
         data = loaded or {}
     for dotted, value in (overrides or {}).items():
         node = data

@@ -20,6 +20,10 @@ from runtime.server import READY_PREFIX
 log = logging.getLogger(__name__)
 
 
+class StartFailed(RuntimeError):
+    """A child did not come up; its own log (above, on the shared stderr) says why."""
+
+
 @dataclass
 class Child:
     name: str
@@ -96,7 +100,8 @@ class Supervisor:
             code = child.process.wait(timeout=max(0.0, min(5.0, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             code = None
-        raise RuntimeError(f"{child.name} did not become ready" + (f" (exit code {code})" if code is not None else ""))
+        raise StartFailed(f"{child.name} did not become ready" + (f" (exit code {code})" if code is not None else "")
+                          + "; its log above says why")
 
     def _wait_healthy(self, child: Child, timeout_s: float) -> None:
         with grpc.insecure_channel(target(child.host, child.grpc_port)) as channel:
@@ -110,7 +115,7 @@ class Supervisor:
                 except grpc.RpcError:
                     pass
                 time.sleep(0.2)
-        raise RuntimeError(f"{child.name} never reported SERVING on port {child.grpc_port}")
+        raise StartFailed(f"{child.name} never reported SERVING on port {child.grpc_port}")
 
     def wait(self, health_every_s: float = 2.0) -> int:
         """Blocks until a signal, a child's exit, or a child reporting NOT_SERVING (a stage whose compute failed for

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 from runtime.config import load_mesh_config, write_mesh_config
 from runtime.logs import configure_logging
 from runtime.model_path import resolve_model
-from gateway.cli.supervisor import Supervisor
+from gateway.cli.supervisor import StartFailed, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging("up", args.log_level)
+    try:
+        return _up(args)
+    except (FileNotFoundError, ValueError, StartFailed) as err:  # what the user can fix: said in one line
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _up(args: argparse.Namespace) -> int:
     mesh = load_mesh_config(args.config)
     if args.model:
         mesh = replace(mesh, model=args.model)

@@ -74,7 +74,8 @@ class AudioEncoderConfig:
         raw = json.loads((Path(ckpt_dir) / "config.json").read_text())
         audio = raw.get("thinker_config", raw).get("audio_config")
         if audio is None:
-            raise KeyError(f"{ckpt_dir}/config.json has no thinker_config.audio_config; is it a Qwen3-Omni checkpoint?")
+            raise ValueError(f"{ckpt_dir}/config.json has no thinker_config.audio_config; is it a Qwen3-Omni "
+                             "checkpoint?")
         return cls.from_dict(audio)
 
 

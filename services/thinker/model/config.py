@@ -108,7 +108,9 @@ class ThinkerConfig:
     @classmethod
     def from_dict(cls, root: dict[str, Any]) -> ThinkerConfig:
         thinker = root.get("thinker_config", root)
-        text = thinker["text_config"]
+        text = thinker.get("text_config")
+        if text is None:
+            raise ValueError("config.json has no thinker_config.text_config; is it a Qwen3-Omni checkpoint?")
         vision = thinker.get("vision_config") or {}
         audio = thinker.get("audio_config") or {}
         talker = root.get("talker_config")

@@ -48,7 +48,7 @@ def test_real_dims() -> None:
 
 def test_encoder_config_needs_audio_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"thinker_config": {}}))
-    with pytest.raises(KeyError, match="audio_config"):
+    with pytest.raises(ValueError, match="audio_config"):
         AudioEncoderConfig.from_checkpoint(tmp_path)
 
 

@@ -214,6 +214,21 @@ def test_yaml_with_an_unknown_key_is_named(tmp_path: Path) -> None:
         load_mesh_config(path)
 
 
+def test_a_file_that_is_not_yaml_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "mesh.yaml"
+    bad.write_text("thinker: [\n")
+    with pytest.raises(ValueError, match=r"mesh.yaml is not valid YAML"):
+        load_mesh_config(bad)
+    bad.write_text("- thinker\n")
+    with pytest.raises(ValueError, match=r"mesh.yaml must hold a mapping of sections .* not list"):
+        load_mesh_config(bad)
+
+
+def test_encoder_pending_work_must_hold_a_whole_request() -> None:
+    with pytest.raises(ValueError, match=r"max_pending_size=100 is invalid: use a value >= max_request_size \(200\)"):
+        EncoderConfig(max_request_size=200, max_pending_size=100)
+
+
 def test_write_then_load_round_trips(tmp_path: Path) -> None:
     cfg = MeshConfig(
         model="/m",

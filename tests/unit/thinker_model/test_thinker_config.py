@@ -38,6 +38,12 @@ def test_missing_config_json_names_the_path(tmp_path: Path) -> None:
         ThinkerConfig.from_checkpoint(tmp_path)
 
 
+def test_a_config_without_a_text_model_is_named(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"thinker_config": {"vision_config": {}}}))
+    with pytest.raises(ValueError, match="no thinker_config.text_config; is it a Qwen3-Omni checkpoint"):
+        ThinkerConfig.from_checkpoint(tmp_path)
+
+
 def test_moe_layer_selection() -> None:
     assert [tiny_config().is_moe_layer(i) for i in range(3)] == [True, True, True]
     assert [tiny_config(mlp_only_layers=[1]).is_moe_layer(i) for i in range(3)] == [True, False, True]
