@@ -28,7 +28,8 @@ def test_a_config_file_that_is_not_yaml(tmp_path: Path) -> None:
     run = up("--config", str(tmp_path / "mesh.yaml"))
     assert run.returncode == 1 and "Traceback" not in run.stderr
     line = last_line(run)  # PyYAML's words for the problem, then where it is
-    assert line.startswith("error: ") and "mesh.yaml is not valid YAML: " in line and line.endswith("at line 2, column 1")
+    assert line.startswith("error: ") and "mesh.yaml is not valid YAML: " in line
+    assert line.endswith("at line 2, column 1")
 
 
 def test_a_checkpoint_a_stage_cannot_load_names_the_stage(tmp_path: Path) -> None:
