@@ -23,6 +23,11 @@ def channel_options(max_message_bytes: int = 16 << 20) -> list[tuple[str, object
         ("grpc.keepalive_time_ms", 30_000),  # >= 20 s: servers close connections that ping more often
         ("grpc.keepalive_timeout_ms", 10_000),
         ("grpc.enable_retries", 1),
+        # A stage that restarts (a GPU pod reloading weights for minutes) is reconnected within a second of its
+        # return: gRPC's default backoff grows to 120 s, and the gateway answered UNAVAILABLE for 8 s after a 12 s
+        # thinker outage (tests/integration/test_stage_restart.py). A refused connect attempt a second is nothing.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1_000),
         ("grpc.service_config", _SERVICE_CONFIG),
     ]
 
