@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 
 import grpc
 import pytest
@@ -141,6 +142,13 @@ async def _served_once_freed(addr: str) -> int:
             assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             await asyncio.sleep(0.2)
     raise AssertionError("the gateway kept refusing after the open stream was cancelled")
+
+
+def test_a_gateway_without_a_thinker_address_says_so(demo_ckpt, mesh_config) -> None:
+    run = subprocess.run(python_module("gateway", "--model", str(demo_ckpt), "--config", str(mesh_config), "--port",
+                                       "0", "--metrics-port", "-1"), capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0
+    assert "config field thinker.address is empty" in run.stderr and "--thinker-addr" in run.stderr
 
 
 def test_thinker_down_is_unavailable(demo_ckpt, mesh_config) -> None:

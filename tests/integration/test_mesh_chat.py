@@ -79,6 +79,13 @@ def test_every_sampling_flag_reaches_the_thinker(gateway_addr: str) -> None:
     assert code == 1 and bad[-1]["field_violations"][0]["field"] == "sampling.frequency_penalty"
 
 
+def test_plain_output_names_an_error_on_stderr(gateway_addr: str) -> None:
+    run = subprocess.run([OMNIMESH, "chat", "--addr", gateway_addr, "--top-p", "3", "hi"], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 1 and run.stdout.strip() == ""
+    assert "error: INVALID_ARGUMENT: sampling.top_p: is 3.0; must be in (0, 1]" in run.stderr
+
+
 def test_the_info_command_prints_the_mesh(gateway_addr: str) -> None:
     plain = subprocess.run([OMNIMESH, "info", "--addr", gateway_addr], capture_output=True, text=True, timeout=60)
     assert plain.returncode == 0, plain.stderr

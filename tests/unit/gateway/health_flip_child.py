@@ -1,5 +1,6 @@
 """A child for the supervisor's tests: serves grpc.health.v1 on a free loopback port, prints the ready line, reports
-SERVING, then NOT_SERVING after `argv[1]` seconds (as a stage whose engine died does), and lives on."""
+SERVING, then after `argv[1]` seconds either reports NOT_SERVING and lives on (as a stage whose engine died does), or,
+with `argv[2] == "exit"`, exits with code 3 (as a crashed stage does)."""
 from __future__ import annotations
 
 import sys
@@ -20,5 +21,7 @@ if __name__ == "__main__":
     servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     announce_ready(BoundPorts(port, -1))
     time.sleep(float(sys.argv[1]))
+    if sys.argv[2:] == ["exit"]:
+        sys.exit(3)
     servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     time.sleep(60)

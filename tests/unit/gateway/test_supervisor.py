@@ -36,3 +36,15 @@ def test_a_child_that_reports_not_serving_stops_the_mesh() -> None:
     finally:
         sup.stop_all(grace_s=5)
     assert all(c.process.poll() is not None for c in sup.children)  # both stopped, the steady one too
+
+
+def test_a_child_that_exits_stops_the_mesh() -> None:
+    sup = Supervisor("127.0.0.1")
+    child = "tests.unit.gateway.health_flip_child"
+    try:
+        sup.start_together([("steady", child, ["60"]), ("crashing", child, ["1.0", "exit"])], ready_timeout_s=30)
+        assert sup.wait(health_every_s=30) == 1  # the exit, not a health check, ends it
+    finally:
+        sup.stop_all(grace_s=5)
+    assert [c.process.returncode for c in sup.children][1] == 3
+    assert sup.children[0].process.poll() is not None
