@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _up(args)
     except (FileNotFoundError, ValueError, StartFailed) as err:  # what the user can fix: said in one line
+        log.debug("up failed", exc_info=True)  # the traceback, for --log-level DEBUG
         print(f"error: {err}", file=sys.stderr)
         return 1
 
