@@ -176,6 +176,9 @@ class StageConfig:
     # torch's CPU threads in this process; 0: one on a CUDA device, the machine's default on CPU (see stage_device)
     cpu_threads: int = 0
     address: str = ""  # target the gateway dials, e.g. "dns:///thinker.omnimesh.svc:50051"; `omnimesh up` fills it
+    # an engine step or encoder forward running longer than this (a hung device) turns the stage NOT_SERVING so it is
+    # restarted; 0: never. Far above any real step (the released thinker's longest prefill step takes about a second)
+    stall_timeout_s: float = 120.0
     server: ServerConfig = field(default_factory=ServerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)  # decoder stages (thinker, talker)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)  # encoder stages (vision, audio)
@@ -185,6 +188,8 @@ class StageConfig:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "dtype", self.dtype,
                "use float32, bfloat16 or float16")
         _check(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "use cpu or cuda[:N]")
+        _check(self.stall_timeout_s >= 0, "stall_timeout_s", self.stall_timeout_s,
+               "use a number of seconds >= 0 (0: never judge a step stalled)")
         _check(self.cpu_threads >= 0, "cpu_threads", self.cpu_threads,
                "use a count >= 1, or 0 for one on a CUDA device and the machine's default on CPU")
         _check(self.linear_dtype in VISION_LINEAR_DTYPES, "linear_dtype", self.linear_dtype,

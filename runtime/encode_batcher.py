@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from runtime.heartbeat import Heartbeat
 from runtime.thread_names import name_this_thread
 
 Item = TypeVar("Item")
@@ -80,6 +81,7 @@ class EncodeBatcher(Generic[Item, Result]):
         self.on_depth = on_depth
         self.is_fatal = is_fatal
         self.fatal_error: BaseException | None = None  # the first encode error `is_fatal` named
+        self.heartbeat = Heartbeat()  # around each encode call
         self.queue: asyncio.Queue[Pending[Item, Result]] = asyncio.Queue()
         self.carry: Pending[Item, Result] | None = None  # the item that did not fit the previous batch
         self.task: asyncio.Task[None] | None = None
@@ -163,7 +165,8 @@ class EncodeBatcher(Generic[Item, Result]):
             self.num_batches += 1
             started = time.monotonic()
             try:
-                results = await loop.run_in_executor(self.executor, self.encode, [p.item for p in batch])
+                with self.heartbeat.beat():
+                    results = await loop.run_in_executor(self.executor, self.encode, [p.item for p in batch])
             except Exception as err:  # noqa: BLE001 - every caller of the batch gets the encoder's error
                 if self.fatal_error is None and self.is_fatal is not None and self.is_fatal(err):
                     self.fatal_error = err

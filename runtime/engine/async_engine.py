@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from runtime.engine.engine import Engine, StepStats, TokenEvent
 from runtime.engine.sequence import FinishReason, Sequence
+from runtime.heartbeat import Heartbeat
 from runtime.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class AsyncEngine:
         self._streams: dict[int, SequenceStream] = {}  # seq_id -> the stream of a sequence still running
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
         self._failure: BaseException | None = None
+        self.heartbeat = Heartbeat()
         self._thread.start()
 
     def close(self) -> None:
@@ -74,7 +76,8 @@ class AsyncEngine:
                 block = not self.engine.has_work
                 if not self._drain_commands(block):
                     return
-                events, stats = self.engine.step()
+                with self.heartbeat.beat():
+                    events, stats = self.engine.step()
                 if events:
                     self._deliver(events)
                 if stats is not None and self._on_step is not None:

@@ -31,6 +31,7 @@ import torch
 
 from runtime.config import SpeechConfig
 from runtime.errors import OmniError, Unavailable
+from runtime.heartbeat import Heartbeat
 from runtime.metrics import Metrics
 from runtime.thread_names import name_this_thread
 from services.talker.chunk_decoder import ChunkDecoder
@@ -84,6 +85,7 @@ class SpeechEngine:
         self._running: dict[int, SpeechJob] = {}  # holding a row, or flushing its last audio
         self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[SpeechJob, Output]]] = {}  # sent at iteration end
         self._failure: BaseException | None = None
+        self.heartbeat = Heartbeat()
         self._chunks = ChunkDecoder(runner.model.code2wav, speech.decodes_in_flight)
         self._thread = threading.Thread(target=self._loop, name="talker-engine", daemon=True)
         self._warmed = threading.Event()
@@ -155,7 +157,7 @@ class SpeechEngine:
         try:
             while self._drain_commands(block=not self._has_work()):
                 t0 = time.perf_counter()
-                with torch.no_grad():
+                with torch.no_grad(), self.heartbeat.beat():
                     worked = self._iterate()
                 if worked and self._metrics is not None:
                     self._metrics.get("omnimesh_step_time_seconds").observe(time.perf_counter() - t0)

@@ -1,10 +1,12 @@
 """Every GPU stage, built as its process builds it, turns its health NOT_SERVING when its compute has failed for
 good: the thinker's and talker's engine thread dies (its next step is made to raise, as a lost device would); the
-vision and audio encoders raise an accelerator error (torch.AcceleratorError, which stays with a CUDA context). A
-request drives each; an error an encoder can recover from (out of memory) fails its request and nothing else."""
+vision and audio encoders raise an accelerator error (torch.AcceleratorError, which stays with a CUDA context); or
+any of them hangs inside one step past `stall_timeout_s` (a hung device neither returns nor raises). A request drives
+each; an error an encoder can recover from (out of memory) fails its request and nothing else."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -108,3 +110,47 @@ def test_an_encoder_out_of_memory_fails_only_its_request(stage: str, demo_ckpt: 
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     statuses, _ = _statuses_around_a_failure(stage, demo_ckpt, monkeypatch, _out_of_memory)
     assert statuses == [SERVING, SERVING]
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_a_step_that_hangs_past_the_stall_timeout_makes_the_stage_not_serving(
+        stage: str, demo_ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    build, (cls, method), call = STAGES[stage]
+    mesh = load_mesh_config(None, {"thinker.engine.kv_cache_bytes": 4 << 20, "talker.speech.max_rows": 2,
+                                   f"{stage}.stall_timeout_s": 1.0})
+    release = threading.Event()
+
+    def hang(*args: object, **kwargs: object) -> None:
+        release.wait(30)  # the device never answers, until the test lets go
+        raise RuntimeError("released by the test")
+
+    async def main() -> list[int]:
+        server = StageServer(stage, "r0", ServerConfig(port=0, metrics_port=-1), Metrics(stage, "r0"))
+        close = await build(mesh, demo_ckpt, server)
+        ports = await server.start()
+        addr = f"127.0.0.1:{ports.grpc_port}"
+        try:
+            async with grpc.aio.insecure_channel(addr) as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+
+                async def status() -> int:
+                    return (await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)).status
+
+                seen = [await status()]
+                monkeypatch.setattr(cls, method, hang)
+                request = asyncio.ensure_future(call(addr))
+                for _ in range(60):  # 6 s: the 1 s limit, then a poll of the watch
+                    if (now := await status()) != SERVING:
+                        break
+                    await asyncio.sleep(0.1)
+                seen.append(now)
+                release.set()
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await asyncio.wait_for(request, 30)
+                return seen
+        finally:
+            release.set()
+            await server.stop(0)
+            close()
+
+    assert asyncio.run(main()) == [SERVING, NOT_SERVING]
