@@ -1,4 +1,6 @@
-"""Client channels between stages: message limits, keepalive, round_robin over every resolved address, retries."""
+"""Client channels between stages: message limits, keepalive, round_robin over every resolved address that reports
+SERVING on grpc.health.v1 (a replica whose compute failed, or that drains, gets no new calls from the moment it says
+so, before Kubernetes has taken it out of DNS), retries, a short reconnect backoff."""
 from __future__ import annotations
 
 import json
@@ -8,6 +10,7 @@ import grpc
 # Retries only before the first response arrives, which is right for generation (ops-notes.md).
 _SERVICE_CONFIG = json.dumps({
     "loadBalancingConfig": [{"round_robin": {}}],
+    "healthCheckConfig": {"serviceName": ""},
     "methodConfig": [{
         "name": [{}],
         "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.05s", "maxBackoff": "0.5s", "backoffMultiplier": 2,
