@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 import torch
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from omnimesh.v1 import common_pb2, thinker_pb2, thinker_pb2_grpc
 from runtime.config import ServerConfig, load_mesh_config
@@ -63,36 +63,51 @@ STAGES: dict[str, tuple[Callable, tuple[type, str], Callable[[str], Awaitable[ob
 }
 
 
+MESH = {"thinker.engine.kv_cache_bytes": 4 << 20, "talker.speech.max_rows": 2}
+
+
+@asynccontextmanager
+async def _running(stage: str, demo_ckpt: Path, overrides: dict[str, object]
+                   ) -> AsyncIterator[tuple[str, Callable[[], Awaitable[int]]]]:  # fmt: skip
+    """The stage built and served as its process does; yields its address and a health check of service ""."""
+    server = StageServer(stage, "r0", ServerConfig(port=0, metrics_port=-1), Metrics(stage, "r0"))
+    close = await STAGES[stage][0](load_mesh_config(None, {**MESH, **overrides}), demo_ckpt, server)
+    ports = await server.start()
+    addr = f"127.0.0.1:{ports.grpc_port}"
+    try:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+
+            async def status() -> int:
+                return (await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)).status
+
+            yield addr, status
+    finally:
+        await server.stop(0)
+        close()
+
+
+async def _settled(status: Callable[[], Awaitable[int]], polls: int) -> int:
+    """Health once it left SERVING, or still SERVING after `polls` tenths of a second."""
+    for _ in range(polls):
+        if (now := await status()) != SERVING:
+            break
+        await asyncio.sleep(0.1)
+    return now
+
+
 def _statuses_around_a_failure(stage: str, demo_ckpt: Path, monkeypatch: pytest.MonkeyPatch,
                                fault: Callable[..., None]) -> tuple[list[int], grpc.StatusCode]:
     """Health before, the failed request's code, and health once it settled (up to 3 s after the failure)."""
-    build, (cls, method), call = STAGES[stage]
-    mesh = load_mesh_config(None, {"thinker.engine.kv_cache_bytes": 4 << 20, "talker.speech.max_rows": 2})
+    _, (cls, method), call = STAGES[stage]
 
     async def main() -> tuple[list[int], grpc.StatusCode]:
-        server = StageServer(stage, "r0", ServerConfig(port=0, metrics_port=-1), Metrics(stage, "r0"))
-        close = await build(mesh, demo_ckpt, server)
-        ports = await server.start()
-        addr = f"127.0.0.1:{ports.grpc_port}"
-        try:
-            async with grpc.aio.insecure_channel(addr) as channel:
-                health = health_pb2_grpc.HealthStub(channel)
-
-                async def status() -> int:
-                    return (await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)).status
-
-                seen = [await status()]
-                monkeypatch.setattr(cls, method, fault)
-                with pytest.raises(grpc.aio.AioRpcError) as caught:
-                    await asyncio.wait_for(call(addr), 30)
-                for _ in range(30):  # 3 s: six polls of the server's failure watch
-                    if (now := await status()) != SERVING:
-                        break
-                    await asyncio.sleep(0.1)
-                return [*seen, now], caught.value.code()
-        finally:
-            await server.stop(0)
-            close()
+        async with _running(stage, demo_ckpt, {}) as (addr, status):
+            before = await status()
+            monkeypatch.setattr(cls, method, fault)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await asyncio.wait_for(call(addr), 30)
+            return [before, await _settled(status, 30)], caught.value.code()  # 3 s: six polls of the watch
 
     return asyncio.run(main())
 
@@ -115,9 +130,7 @@ def test_an_encoder_out_of_memory_fails_only_its_request(stage: str, demo_ckpt: 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_a_step_that_hangs_past_the_stall_timeout_makes_the_stage_not_serving(
         stage: str, demo_ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    build, (cls, method), call = STAGES[stage]
-    mesh = load_mesh_config(None, {"thinker.engine.kv_cache_bytes": 4 << 20, "talker.speech.max_rows": 2,
-                                   f"{stage}.stall_timeout_s": 1.0})
+    _, (cls, method), call = STAGES[stage]
     release = threading.Event()
 
     def hang(*args: object, **kwargs: object) -> None:
@@ -125,32 +138,17 @@ def test_a_step_that_hangs_past_the_stall_timeout_makes_the_stage_not_serving(
         raise RuntimeError("released by the test")
 
     async def main() -> list[int]:
-        server = StageServer(stage, "r0", ServerConfig(port=0, metrics_port=-1), Metrics(stage, "r0"))
-        close = await build(mesh, demo_ckpt, server)
-        ports = await server.start()
-        addr = f"127.0.0.1:{ports.grpc_port}"
         try:
-            async with grpc.aio.insecure_channel(addr) as channel:
-                health = health_pb2_grpc.HealthStub(channel)
-
-                async def status() -> int:
-                    return (await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)).status
-
+            async with _running(stage, demo_ckpt, {f"{stage}.stall_timeout_s": 1.0}) as (addr, status):
                 seen = [await status()]
                 monkeypatch.setattr(cls, method, hang)
                 request = asyncio.ensure_future(call(addr))
-                for _ in range(60):  # 6 s: the 1 s limit, then a poll of the watch
-                    if (now := await status()) != SERVING:
-                        break
-                    await asyncio.sleep(0.1)
-                seen.append(now)
+                seen.append(await _settled(status, 60))  # 6 s: the 1 s limit, then a poll of the watch
                 release.set()
                 with pytest.raises(grpc.aio.AioRpcError):
                     await asyncio.wait_for(request, 30)
                 return seen
         finally:
             release.set()
-            await server.stop(0)
-            close()
 
     assert asyncio.run(main()) == [SERVING, NOT_SERVING]
