@@ -14,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from runtime.config import ServerConfig
+from runtime.heartbeat import Heartbeat
 from runtime.interceptor import ErrorMappingInterceptor
 from runtime.metrics import Metrics
 
@@ -55,17 +56,19 @@ class StageServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._services: list[str] = []
         self._draining = asyncio.Event()
-        self._failure_checks: list[tuple[str, Callable[[], BaseException | None]]] = []
+        self._failure_checks: list[tuple[str, Callable[[], BaseException | None], Heartbeat, float]] = []
         self._watch: asyncio.Task | None = None
 
     def add_service(self, add_fn: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
         add_fn(servicer, self.server)
         self._services.append(full_name)
 
-    def not_serving_when(self, what: str, failure: Callable[[], BaseException | None]) -> None:
-        """Reports NOT_SERVING for good once `failure()` returns an error. An engine whose thread died answers every
-        request UNAVAILABLE: readiness must take this replica out of its Service and liveness restart it."""
-        self._failure_checks.append((what, failure))
+    def not_serving_when(self, what: str, failure: Callable[[], BaseException | None], heartbeat: Heartbeat,
+                         stall_timeout_s: float) -> None:
+        """Reports NOT_SERVING for good once `failure()` returns an error or `heartbeat` has been inside one iteration
+        for over `stall_timeout_s` (0: never). An engine whose thread died answers every request UNAVAILABLE, and one
+        on a hung device answers none: readiness must take this replica out of its Service and liveness restart it."""
+        self._failure_checks.append((what, failure, heartbeat, stall_timeout_s))
 
     @property
     def draining(self) -> bool:
@@ -91,8 +94,8 @@ class StageServer:
 
     async def _watch_failures(self, period_s: float = 0.5) -> None:
         while True:  # a poll: the engines fail on their own threads, and this costs nothing between failures
-            for what, failure in self._failure_checks:
-                err = failure()
+            for what, failure, heartbeat, stall_timeout_s in self._failure_checks:
+                err = failure() or heartbeat.stuck(stall_timeout_s)
                 if err is not None:
                     log.error("%s has failed (%r): reporting NOT_SERVING so this replica is taken out of service and "
                               "restarted", what, err)

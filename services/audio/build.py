@@ -56,7 +56,6 @@ async def build_audio(mesh: MeshConfig, model_dir: Path, server: StageServer) ->
     service = build_audio_service(mesh, model_dir, server)
     servicer = AudioServicer(service, stage_info(mesh, server, service))
     server.add_service(audio_pb2_grpc.add_AudioServicer_to_server, servicer, SERVICE_NAME)
-    stall_s = mesh.audio.stall_timeout_s
-    server.not_serving_when("the audio encoder",
-                            lambda: service.batcher.fatal_error or service.batcher.heartbeat.stuck(stall_s))
+    server.not_serving_when("the audio encoder", lambda: service.batcher.fatal_error, service.batcher.heartbeat,
+                            mesh.audio.stall_timeout_s)
     return service.close

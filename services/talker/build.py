@@ -83,7 +83,6 @@ async def build_talker(mesh: MeshConfig, model_dir: Path, server: StageServer) -
                          mesh.talker.speech, voice_names(model.cfg))
     servicer = TalkerServicer(service, limits, stage_info(mesh, server, model))
     server.add_service(talker_pb2_grpc.add_TalkerServicer_to_server, servicer, SERVICE_NAME)
-    stall_s = mesh.talker.stall_timeout_s
-    server.not_serving_when("the talker engine",
-                            lambda: service.engine.failure or service.engine.heartbeat.stuck(stall_s))
+    server.not_serving_when("the talker engine", lambda: service.engine.failure, service.engine.heartbeat,
+                            mesh.talker.stall_timeout_s)
     return service.engine.close

@@ -82,7 +82,6 @@ async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) 
                 "num_kv_blocks": service.engine.engine.scheduler.blocks.num_blocks})
     servicer = ThinkerServicer(service, cfg, mesh.gateway.sampling, info)
     server.add_service(thinker_pb2_grpc.add_ThinkerServicer_to_server, servicer, SERVICE_NAME)
-    stall_s = mesh.thinker.stall_timeout_s
-    server.not_serving_when("the thinker engine",
-                            lambda: service.engine.failure or service.engine.heartbeat.stuck(stall_s))
+    server.not_serving_when("the thinker engine", lambda: service.engine.failure, service.engine.heartbeat,
+                            mesh.thinker.stall_timeout_s)
     return service.engine.close

@@ -40,7 +40,6 @@ async def build_vision(mesh: MeshConfig, model_dir: Path, server: StageServer) -
              encoder.tower.linear_dtype, service.max_batch_patches, service.max_request_patches)
     servicer = VisionServicer(service, stage_info(service, mesh, server.replica))
     server.add_service(vision_pb2_grpc.add_VisionServicer_to_server, servicer, SERVICE_NAME)
-    stall_s = mesh.vision.stall_timeout_s
-    server.not_serving_when("the vision encoder",
-                            lambda: service.batcher.fatal_error or service.batcher.heartbeat.stuck(stall_s))
+    server.not_serving_when("the vision encoder", lambda: service.batcher.fatal_error, service.batcher.heartbeat,
+                            mesh.vision.stall_timeout_s)
     return service.close

@@ -29,6 +29,7 @@ from runtime.errors import (
     Unavailable,
     Unimplemented,
 )
+from runtime.heartbeat import Heartbeat
 from runtime.metrics import Metrics
 from runtime.server import READY_PREFIX, BoundPorts, StageServer, announce_ready, server_options
 
@@ -372,7 +373,7 @@ def test_a_failed_engine_turns_health_not_serving_for_good(caplog: pytest.LogCap
     async def main() -> None:
         srv = StageServer("test", "r0", ServerConfig(port=0, metrics_port=-1), Metrics("test", "r0"))
         srv.add_service(add_probe, probe_handler(), SERVICE)
-        srv.not_serving_when("the test engine", lambda: failure[0] if failure else None)
+        srv.not_serving_when("the test engine", lambda: failure[0] if failure else None, Heartbeat(), 0)
         ports = await srv.start()
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{ports.grpc_port}") as channel:
