@@ -38,6 +38,7 @@ from bench.thinker.args import add_arguments, command_line  # noqa: E402
 from bench.thinker.hf_baseline import hf_generate  # noqa: E402
 from bench.thinker.random_model import random_model, real_config, write_checkpoint  # noqa: E402
 from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
+from bench.thinker.routing_replay import replay_experts  # noqa: E402
 from bench.thinker.workload import PromptMaker  # noqa: E402
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
 from omnimesh.v1 import omni_pb2  # noqa: E402
@@ -64,6 +65,11 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def provenance(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    return provenance_of(command_line(args.prog, args), device)
+
+
+def provenance_of(command: str, device: torch.device) -> dict[str, Any]:
+    """Commit, date, device, versions and the command of a result file."""
     git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False,
                          cwd=Path(__file__).resolve().parent)
     dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, check=False,
@@ -82,7 +88,7 @@ def provenance(args: argparse.Namespace, device: torch.device) -> dict[str, Any]
         commit = os.environ.get("OMNIMESH_COMMIT", "unknown: no git history here; set OMNIMESH_COMMIT")
     return {"commit": commit, "uncommitted_changes": bool(dirty.stdout.strip()),
             "date": datetime.now(timezone.utc).isoformat(), "device": name, "versions": versions,
-            "command": command_line(args.prog, args)}
+            "command": command}
 
 
 class Bench:
@@ -311,6 +317,12 @@ class Bench:
                     "ttft_1k_ms_p50"] and self.args.long_prompt_tokens == 1024}
         self.result["summary"] = summary
         self.save()
+
+
+def calibrate_routers(model: ThinkerLM, maker: PromptMaker, indices: range) -> None:
+    """Balanced routing on random weights (bench/moe_routing.py): every router calibrated, layer after layer, on
+    the router inputs of prompts `indices` of the workload (others than any measured prompt)."""
+    replay_experts(model, {i: maker.make(i).token_ids for i in indices}, calibrate=True)
 
 
 def free_cuda() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -56,8 +56,18 @@ def build_engine(model: ThinkerLM, eng: EngineConfig, device: torch.device, dtyp
     return build_thinker_engine(model, eng, device, dtype, wrap_runner=TimedRunner).engine
 
 
+@dataclass
+class DecodeTrace:
+    """What a level's pure decode steps fed the model: per step its rows as (sequence id, position of the token fed
+    in), and every sequence's tokens, so the routers' picks can be replayed (bench/thinker/routing_replay.py)."""
+
+    steps: list[list[tuple[int, int]]] = field(default_factory=list)
+    tokens: dict[int, list[int]] = field(default_factory=dict)
+
+
 def closed_loop(engine: Engine, make_seq: Callable[[int], Sequence], concurrency: int, warmup: int,
-                measured: int, first_index: int = 0) -> tuple[list[RequestRecord], list[StepRecord]]:
+                measured: int, first_index: int = 0,
+                trace: DecodeTrace | None = None) -> tuple[list[RequestRecord], list[StepRecord]]:
     """Keep `concurrency` sequences in flight until the `measured` ones after `warmup` have finished; sequences
     still running then are aborted. Times are taken when Engine.step returns (its events are out by then)."""
     in_flight: dict[int, RequestRecord] = {}
@@ -71,11 +81,15 @@ def closed_loop(engine: Engine, make_seq: Callable[[int], Sequence], concurrency
             rec = RequestRecord(index, time.perf_counter(), warmup <= index - first_index < warmup + measured)
             engine.add(seq)
             in_flight[seq.seq_id] = rec
+            if trace is not None:
+                trace.tokens[seq.seq_id] = list(seq.prompt_ids)
             records.append(rec)
             index += 1
         t0 = time.perf_counter()
         events, stats = engine.step()
         now = time.perf_counter()
+        if trace is not None and stats is not None:
+            _trace_step(trace, events, stats.num_rows, stats.num_tokens)
         for ev in events:
             rec = in_flight.get(ev.seq.seq_id)
             if rec is None:
@@ -92,6 +106,19 @@ def closed_loop(engine: Engine, make_seq: Callable[[int], Sequence], concurrency
     for seq_id in list(in_flight):
         engine.abort(seq_id)
     return records, steps
+
+
+def _trace_step(trace: DecodeTrace, events: list[Any], rows: int, tokens: int) -> None:
+    """Append this step's tokens; a pure decode step also records which position of each sequence it fed in."""
+    fed = []
+    for ev in events:
+        if ev.token_id is None or ev.seq.seq_id not in trace.tokens:
+            continue
+        seq_tokens = trace.tokens[ev.seq.seq_id]
+        fed.append((ev.seq.seq_id, len(seq_tokens) - 1))
+        seq_tokens.append(ev.token_id)
+    if rows == tokens and len(fed) == rows:
+        trace.steps.append(fed)
 
 
 def step_summary(steps: list[StepRecord], rows: int) -> dict[str, Any]:
@@ -111,8 +138,8 @@ def step_summary(steps: list[StepRecord], rows: int) -> dict[str, Any]:
 
 
 def run_level(engine: Engine, make_seq: Callable[[int], Sequence], concurrency: int, warmup: int, measured: int,
-              first_index: int) -> dict[str, Any]:
-    records, steps = closed_loop(engine, make_seq, concurrency, warmup, measured, first_index)
+              first_index: int, trace: DecodeTrace | None = None) -> dict[str, Any]:
+    records, steps = closed_loop(engine, make_seq, concurrency, warmup, measured, first_index, trace)
     out = summarize(records, concurrency)
     out["decode_steps"] = step_summary(steps, concurrency)
     out["steps"] = len(steps)

@@ -23,14 +23,40 @@ class Prompt:
     token_ids: list[int]  # what the chat template makes of it (engine-only runs submit these)
 
 
-class PromptMaker:
-    """Prompts of exactly `num_tokens` template tokens, distinct from their first user word (no prefix-cache hits)."""
+def ordinary_tokens(tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
+    """Token ids that are a space and a word of letters (any script) and that the tokenizer gives back alone for that
+    text: words drawn from them never merge, so a prompt's length is exact. -> (all of them, those that are also
+    one token without the space: a message's first word has none)."""
+    spaced, bare = [], []
+    for tid in range(tokenizer.vocab_size):
+        text = tokenizer.decode([tid])
+        if len(text) < 3 or text[0] != " " or not text[1:].isalpha():
+            continue
+        if tokenizer.encode(text, allow_special=False) == [tid]:
+            spaced.append(tid)
+            if len(tokenizer.encode(text[1:], allow_special=False)) == 1:
+                bare.append(tid)
+    return spaced, bare
 
-    def __init__(self, model_dir: Path, num_tokens: int) -> None:
+
+class PromptMaker:
+    """Prompts of exactly `num_tokens` template tokens, distinct from their first user word (no prefix-cache hits).
+
+    routing "balanced": words drawn over the tokenizer's ordinary tokens, as diverse as real text is to a trained
+    router; "native": words from the 40 of WORDS (the earlier workload, whose rows share most experts)."""
+
+    def __init__(self, model_dir: Path, num_tokens: int, routing: str = "balanced") -> None:
         self.tokenizer = Tokenizer.from_dir(model_dir)
         self.template = load_chat_template(model_dir)
-        # one token with and without the leading space: the first word of the message has none
-        self.words = [w for w in WORDS if len(self.tokenizer.encode(" " + w)) == len(self.tokenizer.encode(w)) == 1]
+        if routing == "balanced":
+            spaced, bare = _ordinary_tokens_cached(model_dir, self.tokenizer)
+            self.words = [self.tokenizer.decode([t])[1:] for t in spaced]
+            self.first_words = [self.tokenizer.decode([t])[1:] for t in bare]
+        else:
+            # one token with and without the leading space: the first word of the message has none
+            self.words = [w for w in WORDS
+                          if len(self.tokenizer.encode(" " + w)) == len(self.tokenizer.encode(w)) == 1]
+            self.first_words = self.words
         overhead = len(self._ids(""))
         if num_tokens <= overhead:
             raise ValueError(f"prompt of {num_tokens} tokens: the chat template alone takes {overhead}")
@@ -41,7 +67,7 @@ class PromptMaker:
         return build_prompt_ids(self.tokenizer, self.template, [ChatMessage("user", [TextPart(text)])], []).ids
 
     def make(self, index: int) -> Prompt:
-        first = self.words[index % len(self.words)]
+        first = self.first_words[index % len(self.first_words)]
         for attempt in range(20):  # words never merge across spaces in this BPE; the retry is a safety net
             rng = random.Random(index * 1000 + attempt)
             words = [first] + [rng.choice(self.words) for _ in range(self.num_words - 1)]
@@ -50,6 +76,15 @@ class PromptMaker:
             if len(ids) == self.num_tokens:
                 return Prompt(text, ids)
         raise ValueError(f"could not make prompt {index} of exactly {self.num_tokens} tokens (got {len(ids)})")
+
+
+_POOLS: dict[Path, tuple[list[int], list[int]]] = {}
+
+
+def _ordinary_tokens_cached(model_dir: Path, tokenizer: Tokenizer) -> tuple[list[int], list[int]]:
+    if model_dir not in _POOLS:  # ~150k decodes: once per run, not per prompt length
+        _POOLS[model_dir] = ordinary_tokens(tokenizer)
+    return _POOLS[model_dir]
 
 
 @dataclass

@@ -1,0 +1,128 @@
+"""Which workload makes random Thinker weights route like a trained model: distinct experts a decode step reads, per
+row count, for each workload in turn on one engine (native words, ordinary-token prompts greedy and sampled, then
+the same after router calibration), with the decode step time and its uniform-routing HBM floor.
+
+    python bench/thinker/routing_probe.py --out bench/results/thinker-routing-probe-h200.json   # one H200
+    python bench/thinker/routing_probe.py --tiny --out /tmp/probe.json                         # CPU smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from bench.moe_routing import routing_record, step_experts_touched  # noqa: E402
+from bench.thinker import engine_loop  # noqa: E402
+from bench.thinker.bench_thinker import calibrate_routers, provenance_of  # noqa: E402
+from bench.thinker.random_model import random_model, real_config  # noqa: E402
+from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
+from bench.thinker.routing_replay import replay_experts  # noqa: E402
+from bench.thinker.workload import PromptMaker  # noqa: E402
+from runtime.checkpoint.demo_config import demo_config  # noqa: E402
+from runtime.config import EngineConfig, SamplingDefaults  # noqa: E402
+from runtime.engine.sampling_params import SamplingOptions  # noqa: E402
+from runtime.engine.sequence import Sequence  # noqa: E402
+from runtime.model_path import resolve_model  # noqa: E402
+from services.thinker.model import ThinkerConfig, ThinkerLM, prompt_positions  # noqa: E402
+from services.thinker.request import ThinkerRequest  # noqa: E402
+
+log = logging.getLogger("routing_probe")
+# (name, prompt vocabulary, decoding, routers calibrated before it); run in this order on one engine
+VARIANTS = (("native-greedy", "native", "greedy", False), ("balanced-greedy", "balanced", "greedy", False),
+            ("balanced-sampled", "balanced", "model", False), ("calibrated-greedy", "balanced", "greedy", True),
+            ("calibrated-sampled", "balanced", "model", True))
+
+
+def sequence_factory(maker: PromptMaker, cfg: ThinkerConfig, sampling: str, max_tokens: int):  # noqa: ANN201
+    options = SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    if sampling == "model":
+        d = SamplingDefaults()
+        options = dataclasses.replace(options, temperature=d.temperature, top_k=d.top_k, top_p=d.top_p,
+                                      min_p=d.min_p, repetition_penalty=d.repetition_penalty)
+
+    def make(index: int) -> Sequence:
+        ids = maker.make(index).token_ids
+        pos = prompt_positions(ids, [], cfg)
+        seeded = options if options.is_greedy else dataclasses.replace(options, seed=index)
+        return Sequence(index, f"probe-{index}", ids, seeded, frozenset(), ThinkerRequest(pos.positions,
+                                                                                           pos.rope_delta, []))
+    return make
+
+
+def mean_distinct_tokens(trace: engine_loop.DecodeTrace, rows: int) -> float | None:
+    """Distinct tokens the decode steps of `rows` rows fed in, on average (rows alike in token share experts)."""
+    counts = [len({trace.tokens[s][pos] for s, pos in step}) for step in trace.steps if len(step) == rows]
+    return sum(counts) / len(counts) if counts else None
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tiny", action="store_true", help="the demo model on CPU in fp32")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    p.add_argument("--output-tokens", type=int, default=128)
+    p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument("--measured", type=int, default=32, help="measured requests per level")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    device = torch.device("cpu" if args.tiny or not torch.cuda.is_available() else "cuda")
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    template_dir = resolve_model("demo")
+    config = demo_config() if args.tiny else real_config()
+    cfg = ThinkerConfig.from_dict(config)
+    model: ThinkerLM = ThinkerLM.load(template_dir, device, dtype) if args.tiny else random_model(config, device, dtype)
+    eng = EngineConfig(max_num_seqs=max(args.concurrency), max_batch_tokens=2048,
+                       kv_cache_bytes=(64 << 20) if args.tiny else (8 << 30), max_model_len=1024,
+                       cuda_graphs=device.type == "cuda")
+    engine = engine_loop.build_engine(model, eng, device, dtype)
+    bw = copy_bandwidth(device) if device.type == "cuda" else None
+    result: dict[str, Any] = {**provenance_of("python bench/thinker/routing_probe.py " + " ".join(argv or sys.argv[1:]),
+                                              device), "variants": []}
+    makers = {v: PromptMaker(template_dir, args.prompt_tokens, v) for v in ("native", "balanced")}
+    index = 0
+    calibrated = False
+    for name, vocab, sampling, calibrate in VARIANTS:
+        if calibrate and not calibrated:
+            t0 = time.perf_counter()
+            calibrate_routers(model, makers["balanced"], range(10**6, 10**6 + 64))
+            result["calibration_s"] = time.perf_counter() - t0
+            calibrated = True
+        make = sequence_factory(makers[vocab], cfg, sampling, args.output_tokens)
+        variant: dict[str, Any] = {"name": name, "prompts": vocab, "sampling": sampling, "calibrated": calibrate,
+                                   "levels": []}
+        trace = engine_loop.DecodeTrace()
+        for c in args.concurrency:
+            level = engine_loop.run_level(engine, make, c, c, max(args.measured, c), index, trace)
+            index = level.pop("next_index")
+            level.pop("raw", None)
+            steps = level["decode_steps"]
+            if bw and steps.get("steps"):
+                floor = decode_step_bytes(cfg, c, steps["kv_tokens_p50"])["total"] / bw * 1e3
+                steps.update(hbm_floor_ms=floor, roofline_ratio_step=floor / steps["step_ms_p50"])
+            variant["levels"].append(level)
+        used = {s for step in trace.steps for s, _ in step}
+        distinct_tokens = {c: mean_distinct_tokens(trace, c) for c in args.concurrency}
+        experts = replay_experts(model, {s: trace.tokens[s] for s in used})
+        touched = step_experts_touched(trace.steps, experts, cfg.num_experts, cfg.num_experts_per_tok)
+        variant["routing"] = routing_record("balanced" if vocab == "balanced" else "native", touched,
+                                            "replay of the run's sequences through the same weights")
+        variant["distinct_fed_tokens_per_step"] = distinct_tokens
+        result["variants"].append(variant)
+        log.info("%s: %s", name, {r: round(v["measured"], 1) for r, v in touched.items()})
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The experts the measured run's routers picked: each sequence the run served (prompt and generated tokens) fed back
+whole through the same ThinkerLM with a RouterTap, so every decode step's rows can be looked up by position.
+
+A token's router input depends only on the tokens before it (causal attention), so the replay routes each position
+as the run did; only bf16 rounding differs between a prefill and a decode step, which moves a near-tie now and then
+and no count. The measured run itself stays untouched: graphs, kernels and engine are the served ones."""
+from __future__ import annotations
+
+import torch
+
+from bench.moe_routing import RouterTap, moe_layers
+from runtime.attention import allocate_kv_cache, build_attention_context
+from services.thinker.model import ThinkerLM
+
+
+@torch.inference_mode()
+def replay_experts(model: ThinkerLM, sequences: dict[int, list[int]], max_batch_tokens: int = 8192,
+                   block_size: int = 16, calibrate: bool = False) -> dict[int, torch.Tensor]:
+    """sequences: id -> token ids -> id -> [L, T, k] int16 expert ids at every position (on the host).
+
+    `calibrate=True` runs the same forwards to calibrate the routers instead (RouterTap), returning the picks made
+    after each layer's calibration."""
+    cfg = model.cfg
+    device = model.lm_head.weight.device
+    dtype = model.lm_head.weight.dtype
+    tap = RouterTap(moe_layers(model), calibrate=calibrate)
+    out: dict[int, torch.Tensor] = {}
+    for batch in _packs(sequences, max_batch_tokens):
+        lens = [len(sequences[s]) for s in batch]
+        blocks = [-(-n // block_size) for n in lens]
+        kv = allocate_kv_cache(cfg.num_layers, sum(blocks), block_size, cfg.num_kv_heads, cfg.head_dim, dtype,
+                               device)
+        tables, first = [], 0
+        for n in blocks:
+            tables.append(list(range(first, first + n)))
+            first += n
+        ctx = build_attention_context(lens, lens, tables, block_size, device)
+        ids = torch.tensor([t for s in batch for t in sequences[s]], device=device)
+        positions = torch.cat([torch.arange(n).unsqueeze(0).expand(3, -1) for n in lens], dim=1).to(device)
+        with tap.installed():
+            model(model.embed(ids), positions, ctx, kv)  # text only: one position on all three M-RoPE axes
+        picks = tap.take()  # [L, T, k]
+        for seq, part in zip(batch, picks.split(lens, dim=1)):
+            out[seq] = part
+        del kv
+    return out
+
+
+def _packs(sequences: dict[int, list[int]], max_tokens: int) -> list[list[int]]:
+    """Sequence ids in packs of at most `max_tokens` tokens (a longer sequence goes alone)."""
+    packs: list[list[int]] = [[]]
+    size = 0
+    for seq, ids in sequences.items():
+        if packs[-1] and size + len(ids) > max_tokens:
+            packs.append([])
+            size = 0
+        packs[-1].append(seq)
+        size += len(ids)
+    return [p for p in packs if p]
