@@ -26,7 +26,7 @@ class ThinkerServicer(thinker_pb2_grpc.ThinkerServicer):
         inp = await read_generate_input(request_iterator, self._cfg, self._defaults, self._service.max_model_len)
         request_id_var.set(inp.request_id or "-")
         async for out in self._service.generate(inp):
-            for msg in to_pb(out):
+            for msg in to_pb(out, self._service.tokenizer.token_bytes):
                 yield msg
 
     async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> common_pb2.StageInfo:

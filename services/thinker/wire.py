@@ -1,7 +1,7 @@
 """Protobuf <-> thinker domain: reads a Generate request stream, writes response messages."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import torch
 
@@ -122,12 +122,15 @@ def _expect(tensors: dict[str, torch.Tensor], name: str, shape: tuple[int, int])
     return t
 
 
-def to_pb(out: TokensOut | ConditioningOut | FinishedOut) -> Iterator[thinker_pb2.GenerateResponse]:
+def to_pb(out: TokensOut | ConditioningOut | FinishedOut, token_bytes: Callable[[int], bytes]
+          ) -> Iterator[thinker_pb2.GenerateResponse]:  # fmt: skip
+    """`token_bytes`: the tokenizer's id-to-bytes table, so logprobs carry each token's text to the caller."""
     if isinstance(out, TokensOut):
         yield thinker_pb2.GenerateResponse(tokens=thinker_pb2.TokenBatch(
             token_ids=out.token_ids, text=out.text,
-            logprobs=[common_pb2.TokenLogprob(token_id=t, logprob=lp, top=[
-                common_pb2.TopLogprob(token_id=a, logprob=b) for a, b in top]) for t, lp, top in out.logprobs]))
+            logprobs=[common_pb2.TokenLogprob(token_id=t, logprob=lp, token=token_bytes(t), top=[
+                common_pb2.TopLogprob(token_id=a, logprob=b, token=token_bytes(a)) for a, b in top])
+                for t, lp, top in out.logprobs]))
     elif isinstance(out, ConditioningOut):
         for chunk in encode_tensor("talker.media_hidden", out.media_hidden):
             yield thinker_pb2.GenerateResponse(talker_conditioning=chunk)
