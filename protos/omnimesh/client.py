@@ -1,0 +1,174 @@
+"""Typed Python clients of the public gRPC API (`omnimesh.v1.Omni`): Client (blocking) and AsyncClient (asyncio).
+
+    import omnimesh
+
+    with omnimesh.Client("127.0.0.1:50051") as client:
+        reply = client.chat("Say hello", max_tokens=32)
+        print(reply.text, reply.usage)
+
+        for event in client.chat_stream([omnimesh.Message.user(omnimesh.Image.file("cat.jpg"), "What is this?")]):
+            if isinstance(event, omnimesh.TextDelta):
+                print(event.text, end="", flush=True)
+
+        spoken = client.chat("Tell me a story", speak=True, voice="chelsie")
+        open("story.wav", "wb").write(spoken.wav())  # or spoken.audio: int16 samples as a numpy array
+
+    async with omnimesh.AsyncClient("127.0.0.1:50051") as client:
+        async for event in client.chat_stream("Hello", logprobs=True, top_logprobs=3):
+            ...
+
+A failed call raises an OmnimeshError subclass (InvalidArgument with `.field_violations`, Unavailable, ...).
+Sampling fields (temperature, max_tokens, stop, logprobs, ...) are keyword arguments, or one `sampling=Sampling(...)`.
+"""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import grpc
+
+from omnimesh.errors import from_rpc_error
+from omnimesh.events import Event, Reply, event_from_pb
+from omnimesh.messages import ChatOptions, MessagesLike, Sampling, chat_request
+from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
+from runtime.channels import channel_options
+
+DEFAULT_ADDR = "127.0.0.1:50051"
+
+
+@dataclass(frozen=True)
+class MeshInfo:
+    """What a deployment serves."""
+
+    model: str  # checkpoint directory or "demo"
+    build: str  # the gateway's omnimesh version and commit
+    input_modalities: tuple[str, ...]  # e.g. ("text", "image", "audio", "video")
+    output_modalities: tuple[str, ...]  # ("text",) or ("text", "audio")
+    voices: tuple[str, ...]  # of the speech, default first
+
+    @classmethod
+    def from_pb(cls, info: omni_pb2.OmniInfo) -> MeshInfo:
+        outputs = tuple(omni_pb2.Modality.Name(m).removeprefix("MODALITY_").lower() for m in info.output_modalities)
+        return cls(info.gateway.model, info.gateway.build, tuple(info.input_modalities), outputs, tuple(info.voices))
+
+
+class _Base:
+    """What both clients share: building the request and the call's metadata."""
+
+    def __init__(self, api_key: str | None, timeout: float | None) -> None:
+        self.api_key = api_key
+        self.timeout = timeout
+
+    def _call_kwargs(self, timeout: float | None, api_key: str | None) -> dict[str, Any]:
+        key = api_key if api_key is not None else self.api_key
+        return {"timeout": timeout if timeout is not None else self.timeout,
+                "metadata": [("authorization", f"Bearer {key}")] if key else None}
+
+    @staticmethod
+    def _request(messages: MessagesLike, sampling: Sampling | None, options: dict[str, Any],
+                 sampling_fields: dict[str, Any]) -> omni_pb2.ChatRequest:
+        sampling = replace(sampling or Sampling(), **sampling_fields)  # an unknown field is a TypeError naming it
+        return chat_request(messages, sampling, ChatOptions(**options))
+
+
+class Client(_Base):
+    """A blocking client over one gRPC channel; thread-safe, so share one per process.
+
+    `api_key` is sent as `authorization: Bearer <key>`; `timeout` (seconds) is every call's default deadline.
+    """
+
+    def __init__(self, addr: str = DEFAULT_ADDR, *, api_key: str | None = None, timeout: float | None = None,
+                 channel: grpc.Channel | None = None) -> None:
+        super().__init__(api_key, timeout)
+        self._channel = channel or grpc.insecure_channel(addr, options=channel_options())
+        self._stub = omni_pb2_grpc.OmniStub(self._channel)
+
+    def chat_stream(self, messages: MessagesLike, *, sampling: Sampling | None = None, speak: bool = False,
+                    voice: str = "", speech_sampling: Sampling | None = None, return_codes: bool = False,
+                    use_audio_in_video: bool = False, request_id: str = "", timeout: float | None = None,
+                    api_key: str | None = None, **sampling_fields: Any) -> Iterator[Event]:
+        """The answer as events (TextDelta, AudioDelta, AudioFailed, Usage, then Done). Leaving the loop early
+        cancels the request, which frees its place in the mesh at once."""
+        options = {"speak": speak, "voice": voice, "speech_sampling": speech_sampling or Sampling(),
+                   "return_codes": return_codes, "use_audio_in_video": use_audio_in_video, "request_id": request_id}
+        request = self._request(messages, sampling, options, sampling_fields)
+        call = self._stub.Chat(request, **self._call_kwargs(timeout, api_key))
+        try:
+            for ev in call:
+                yield event_from_pb(ev)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+        finally:
+            call.cancel()  # a no-op once the call has ended
+
+    def chat(self, messages: MessagesLike, **kwargs: Any) -> Reply:
+        """The whole answer at once; takes chat_stream's arguments."""
+        reply = Reply()
+        for event in self.chat_stream(messages, **kwargs):
+            reply.add(event)
+        return reply
+
+    def info(self, *, timeout: float | None = None, api_key: str | None = None) -> MeshInfo:
+        try:
+            return MeshInfo.from_pb(self._stub.Info(common_pb2.InfoRequest(), **self._call_kwargs(timeout, api_key)))
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_Base):
+    """The asyncio client: the same calls as Client, awaited. Create it inside the event loop that uses it."""
+
+    def __init__(self, addr: str = DEFAULT_ADDR, *, api_key: str | None = None, timeout: float | None = None,
+                 channel: grpc.aio.Channel | None = None) -> None:
+        super().__init__(api_key, timeout)
+        self._channel = channel or grpc.aio.insecure_channel(addr, options=channel_options())
+        self._stub = omni_pb2_grpc.OmniStub(self._channel)
+
+    async def chat_stream(self, messages: MessagesLike, *, sampling: Sampling | None = None, speak: bool = False,
+                          voice: str = "", speech_sampling: Sampling | None = None, return_codes: bool = False,
+                          use_audio_in_video: bool = False, request_id: str = "", timeout: float | None = None,
+                          api_key: str | None = None, **sampling_fields: Any) -> AsyncIterator[Event]:
+        """As Client.chat_stream; leaving the loop early (or cancelling the task) cancels the request."""
+        options = {"speak": speak, "voice": voice, "speech_sampling": speech_sampling or Sampling(),
+                   "return_codes": return_codes, "use_audio_in_video": use_audio_in_video, "request_id": request_id}
+        request = self._request(messages, sampling, options, sampling_fields)
+        call = self._stub.Chat(request, **self._call_kwargs(timeout, api_key))
+        try:
+            async for ev in call:
+                yield event_from_pb(ev)
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        finally:
+            call.cancel()
+
+    async def chat(self, messages: MessagesLike, **kwargs: Any) -> Reply:
+        reply = Reply()
+        async for event in self.chat_stream(messages, **kwargs):
+            reply.add(event)
+        return reply
+
+    async def info(self, *, timeout: float | None = None, api_key: str | None = None) -> MeshInfo:
+        try:
+            info = await self._stub.Info(common_pb2.InfoRequest(), **self._call_kwargs(timeout, api_key))
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        return MeshInfo.from_pb(info)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
