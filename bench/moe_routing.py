@@ -12,7 +12,7 @@ untouched: only weight values change).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -48,12 +48,15 @@ def moe_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if is_moe(m)]
 
 
+Calibration = Callable[[torch.Tensor, torch.Tensor], None]  # (weight [E, H], its inputs [T, H]) -> in place
+
+
 class RouterTap:
     """While installed, records the experts every token's router picks in each MoE layer (bench-only: it wraps the
-    modules' methods on the instance and puts them back on exit). `calibrate=True` also calibrates each router on
-    the batch that passes through it, before it routes that batch (see module doc)."""
+    modules' methods on the instance and puts them back on exit). With `calibrate` it also calibrates each router
+    on the batch that passes through it, before that batch is routed (see module doc)."""
 
-    def __init__(self, layers: Sequence[nn.Module], calibrate: bool = False) -> None:
+    def __init__(self, layers: Sequence[nn.Module], calibrate: Calibration | None = None) -> None:
         self.layers = list(layers)
         self.calibrate = calibrate
         self.records: list[list[torch.Tensor]] = [[] for _ in self.layers]  # per layer: [T, k] per forward
@@ -72,7 +75,7 @@ class RouterTap:
     def _wrap_route(self, i: int, route: Any) -> Any:
         def tapped(x: torch.Tensor) -> Any:
             if self.calibrate:
-                remove_mean_direction(self.layers[i].gate.weight, x)
+                self.calibrate(self.layers[i].gate.weight, x)
             routing = route(x)
             self.records[i].append(routing.experts.to(torch.int16))
             return routing
@@ -81,7 +84,7 @@ class RouterTap:
     def _wrap_fused(self, i: int, moe: nn.Module, fused: Any) -> Any:
         def tapped(x: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
             if self.calibrate:  # the fused norm computed the logits with the old weights: route with the new
-                remove_mean_direction(moe.gate.weight, x)
+                self.calibrate(moe.gate.weight, x)
                 logits = None
             if logits is None:
                 logits = F.linear(x, moe.gate.weight)
@@ -103,6 +106,30 @@ def remove_mean_direction(weight: torch.Tensor, x: torch.Tensor) -> None:
     u = mean / mean.norm().clamp_min(1e-12)
     w = weight.float()
     weight.copy_((w - torch.outer(w @ u, u)).to(weight.dtype))
+
+
+@torch.no_grad()
+def whiten_inputs(weight: torch.Tensor, x: torch.Tensor, shrinkage: float = 0.1) -> None:
+    """weight [E, H] <- weight @ M, M = C^-1/2 (I - u u^T): the mean direction u of the inputs x [T, H] removed and
+    what is left whitened (C its covariance, shrunk towards its mean variance so directions the sample barely saw
+    are not blown up), then rescaled to the logit spread it had. Every output then sees uncorrelated inputs of unit
+    variance: no direction of a random model's hidden states favours some outputs over others."""
+    xf = x.float()
+    mean = xf.mean(dim=0)
+    u = mean / mean.norm().clamp_min(1e-12)
+    centred = xf - torch.outer(xf @ u, u)  # [T, H]
+    cov = centred.T @ centred / max(1, xf.shape[0] - 1)
+    cov += shrinkage * cov.diagonal().mean() * torch.eye(cov.shape[0], device=cov.device)
+    vals, vecs = torch.linalg.eigh(cov)
+    m = (vecs * vals.rsqrt()) @ vecs.T  # C^-1/2
+    m = m - torch.outer(m @ u, u)  # after the projection: (C^-1/2)(I - u u^T)
+    w = weight.float()
+    new = w @ m
+    spread = (xf @ w.T).std() / (xf @ new.T).std().clamp_min(1e-12)
+    weight.copy_((new * spread).to(weight.dtype))
+
+
+CALIBRATIONS: dict[str, Calibration] = {"mean": remove_mean_direction, "whiten": whiten_inputs}
 
 
 def step_experts_touched(steps: Iterable[Sequence[tuple[int, int]]], experts: dict[int, torch.Tensor],

@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 
 import torch  # noqa: E402
 
+from bench.moe_routing import CALIBRATIONS  # noqa: E402
 from bench.thinker import engine_loop, gateway_loop  # noqa: E402
 from bench.thinker.args import add_arguments, command_line  # noqa: E402
 from bench.thinker.hf_baseline import hf_generate  # noqa: E402
@@ -319,10 +320,14 @@ class Bench:
         self.save()
 
 
-def calibrate_routers(model: ThinkerLM, maker: PromptMaker, indices: range) -> None:
+def calibrate_routers(model: ThinkerLM, maker: PromptMaker, indices: range, how: str = "whiten",
+                      head: bool = True) -> None:
     """Balanced routing on random weights (bench/moe_routing.py): every router calibrated, layer after layer, on
-    the router inputs of prompts `indices` of the workload (others than any measured prompt)."""
-    replay_experts(model, {i: maker.make(i).token_ids for i in indices}, calibrate=True)
+    the router inputs of prompts `indices` of the workload (others than any measured prompt); `head` calibrates
+    the LM head the same way, so the tokens rows generate stay as spread over the vocabulary as their prompts."""
+    prompts = {i: maker.make(i).token_ids for i in indices}
+    replay_experts(model, prompts, max_batch_tokens=sum(map(len, prompts.values())), calibrate=CALIBRATIONS[how],
+                   calibrate_head=head)
 
 
 def free_cuda() -> None:

@@ -21,7 +21,7 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from bench.moe_routing import routing_record, step_experts_touched  # noqa: E402
+from bench.moe_routing import moe_layers, routing_record, step_experts_touched  # noqa: E402
 from bench.thinker import engine_loop  # noqa: E402
 from bench.thinker.bench_thinker import calibrate_routers, provenance_of  # noqa: E402
 from bench.thinker.random_model import random_model, real_config  # noqa: E402
@@ -37,10 +37,15 @@ from services.thinker.model import ThinkerConfig, ThinkerLM, prompt_positions  #
 from services.thinker.request import ThinkerRequest  # noqa: E402
 
 log = logging.getLogger("routing_probe")
-# (name, prompt vocabulary, decoding, routers calibrated before it); run in this order on one engine
-VARIANTS = (("native-greedy", "native", "greedy", False), ("balanced-greedy", "balanced", "greedy", False),
-            ("balanced-sampled", "balanced", "model", False), ("calibrated-greedy", "balanced", "greedy", True),
-            ("calibrated-sampled", "balanced", "model", True))
+# name -> (prompt vocabulary, decoding, calibration (how, LM head too) from the drawn weights, or None)
+VARIANTS = {
+    "native-greedy": ("native", "greedy", None), "balanced-greedy": ("balanced", "greedy", None),
+    "balanced-sampled": ("balanced", "model", None), "mean-greedy": ("balanced", "greedy", ("mean", False)),
+    "mean-sampled": ("balanced", "model", ("mean", False)), "mean-head-greedy": ("balanced", "greedy", ("mean", True)),
+    "whiten-greedy": ("balanced", "greedy", ("whiten", False)),
+    "whiten-head-greedy": ("balanced", "greedy", ("whiten", True)),
+    "whiten-head-sampled": ("balanced", "model", ("whiten", True)),
+}
 
 
 def sequence_factory(maker: PromptMaker, cfg: ThinkerConfig, sampling: str, max_tokens: int):  # noqa: ANN201
@@ -65,6 +70,13 @@ def mean_distinct_tokens(trace: engine_loop.DecodeTrace, rows: int) -> float | N
     return sum(counts) / len(counts) if counts else None
 
 
+def calibrated_weights(model: ThinkerLM) -> dict[str, torch.Tensor]:
+    """The tensors a calibration changes: every router and the LM head."""
+    out = {f"router{i}": moe.gate.weight for i, moe in enumerate(moe_layers(model))}
+    out["lm_head"] = model.lm_head.weight
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
@@ -73,6 +85,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--output-tokens", type=int, default=128)
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--measured", type=int, default=32, help="measured requests per level")
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    p.add_argument("--calibration-prompts", type=int, default=512)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     device = torch.device("cpu" if args.tiny or not torch.cuda.is_available() else "cuda")
@@ -90,16 +104,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                               device), "variants": []}
     makers = {v: PromptMaker(template_dir, args.prompt_tokens, v) for v in ("native", "balanced")}
     index = 0
-    calibrated = False
-    for name, vocab, sampling, calibrate in VARIANTS:
-        if calibrate and not calibrated:
+    drawn = {name: w.detach().clone() for name, w in calibrated_weights(model).items()}
+    for name in args.variants:
+        vocab, sampling, calibration = VARIANTS[name]
+        for key, w in calibrated_weights(model).items():  # in place: the captured graphs keep their pointers
+            w.copy_(drawn[key])
+        variant: dict[str, Any] = {"name": name, "prompts": vocab, "sampling": sampling,
+                                   "calibration": calibration, "levels": []}
+        if calibration is not None:
             t0 = time.perf_counter()
-            calibrate_routers(model, makers["balanced"], range(10**6, 10**6 + 64))
-            result["calibration_s"] = time.perf_counter() - t0
-            calibrated = True
+            calibrate_routers(model, makers["balanced"], range(10**6, 10**6 + args.calibration_prompts),
+                              *calibration)
+            variant["calibration_s"] = time.perf_counter() - t0
         make = sequence_factory(makers[vocab], cfg, sampling, args.output_tokens)
-        variant: dict[str, Any] = {"name": name, "prompts": vocab, "sampling": sampling, "calibrated": calibrate,
-                                   "levels": []}
         trace = engine_loop.DecodeTrace()
         for c in args.concurrency:
             level = engine_loop.run_level(engine, make, c, c, max(args.measured, c), index, trace)

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import torch
 
-from bench.moe_routing import RouterTap, moe_layers
+from bench.moe_routing import Calibration, RouterTap, moe_layers
 from runtime.attention import allocate_kv_cache, build_attention_context
 from services.thinker.model import ThinkerLM
 
 
 @torch.inference_mode()
 def replay_experts(model: ThinkerLM, sequences: dict[int, list[int]], max_batch_tokens: int = 8192,
-                   block_size: int = 16, calibrate: bool = False) -> dict[int, torch.Tensor]:
+                   block_size: int = 16, calibrate: Calibration | None = None,
+                   calibrate_head: bool = False) -> dict[int, torch.Tensor]:
     """sequences: id -> token ids -> id -> [L, T, k] int16 expert ids at every position (on the host).
 
-    `calibrate=True` runs the same forwards to calibrate the routers instead (RouterTap), returning the picks made
-    after each layer's calibration."""
+    With `calibrate` the same forwards calibrate each router on its inputs (RouterTap), and `calibrate_head` the
+    LM head on the final hidden states; calibrate in one pack (max_batch_tokens >= all tokens), or later packs
+    calibrate again on top of the first."""
     cfg = model.cfg
     device = model.lm_head.weight.device
     dtype = model.lm_head.weight.dtype
@@ -38,7 +40,9 @@ def replay_experts(model: ThinkerLM, sequences: dict[int, list[int]], max_batch_
         ids = torch.tensor([t for s in batch for t in sequences[s]], device=device)
         positions = torch.cat([torch.arange(n).unsqueeze(0).expand(3, -1) for n in lens], dim=1).to(device)
         with tap.installed():
-            model(model.embed(ids), positions, ctx, kv)  # text only: one position on all three M-RoPE axes
+            lm_out = model(model.embed(ids), positions, ctx, kv)  # text only: one position on all three M-RoPE axes
+        if calibrate is not None and calibrate_head:
+            calibrate(model.lm_head.weight, lm_out.hidden)
         picks = tap.take()  # [L, T, k]
         for seq, part in zip(batch, picks.split(lens, dim=1)):
             out[seq] = part
