@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
+from omnimesh.v1 import common_pb2, omni_pb2
 from runtime.build_info import build_string
 from runtime.channels import open_channel
 from runtime.config import MeshConfig
@@ -18,10 +19,9 @@ from gateway.clients.thinker import ThinkerClient
 from gateway.media.vision import VisionMediaConfig
 from gateway.media_prep import MediaPipeline
 from gateway.prompt import PromptBuilder
+from gateway.request_decode import SERVICE_NAME, add_omni_servicer
 from gateway.service import OmniService
 from gateway.servicer import OmniServicer
-
-SERVICE_NAME = "omnimesh.v1.Omni"
 
 
 async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
@@ -41,8 +41,8 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer) 
         gateway=common_pb2.StageInfo(stage="gateway", replica=server.replica, model=mesh.model, build=build_string()),
         input_modalities=["text", *sorted(served_inputs)],
         output_modalities=[omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if talker else []))
-    server.add_service(omni_pb2_grpc.add_OmniServicer_to_server, OmniServicer(service, mesh.gateway, info),
-                       SERVICE_NAME)
+    add = partial(add_omni_servicer, max_request_bytes=mesh.gateway.server.max_message_bytes)
+    server.add_service(add, OmniServicer(service, mesh.gateway, info), SERVICE_NAME)
     return lambda: None
 
 

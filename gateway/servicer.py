@@ -13,6 +13,7 @@ from runtime.errors import OmniError, ResourceExhausted
 from runtime.logs import request_id_var
 from gateway.auth import check_api_key
 from gateway.chat_input import chat_input_from_pb
+from gateway.request_decode import refuse_undecodable
 from gateway.service import ChatEventOut, OmniService, TextEvent, UsageEvent
 from gateway.speech import AudioEvent, ErrorEvent
 
@@ -33,6 +34,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         self._in_flight += 1
         try:
             check_api_key(context.invocation_metadata() or (), self._cfg.api_keys)
+            refuse_undecodable(request)
             if self._in_flight > self._cfg.max_in_flight:
                 raise ResourceExhausted(f"this gateway holds {self._in_flight - 1} chat streams, its limit "
                                         f"gateway.max_in_flight={self._cfg.max_in_flight}; retry shortly, or add "
@@ -46,19 +48,24 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         except OmniError as err:
             code = err.grpc_code_name
             raise
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):  # GeneratorExit: the client left between two events
             code = "DEADLINE_EXCEEDED" if (context.time_remaining() or 1) <= 0 else "CANCELLED"
+            raise
+        except BaseException:  # a bug: the interceptor ends the call INTERNAL, and the SLO must count it so
+            code = "INTERNAL"
             raise
         finally:
             self._in_flight -= 1
             m.get("omnimesh_requests_in_flight").dec()
             outcome = "ok" if code == "OK" else "cancelled" if code in ("CANCELLED", "DEADLINE_EXCEEDED") else "error"
             m.get("omnimesh_requests_total", outcome=outcome, code=code).inc()
-            m.get("omnimesh_e2e_request_latency_seconds").observe(time.monotonic() - t0)
+            if code == "OK":  # the latency SLO is over answers; refusals in microseconds would flatter it
+                m.get("omnimesh_e2e_request_latency_seconds").observe(time.monotonic() - t0)
 
     async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> omni_pb2.OmniInfo:
         """The gateway's own description (fixed at start) with each stage's Info, asked now."""
         check_api_key(context.invocation_metadata() or (), self._cfg.api_keys)
+        refuse_undecodable(request)
         stages = await self._service.stage_infos()
         info = omni_pb2.OmniInfo()
         info.CopyFrom(self._info)

@@ -14,6 +14,18 @@ class OmniError(Exception):
         self.message = message
 
 
+PREVIEW_CHARS = 32
+
+
+def preview(value: str | bytes, limit: int = PREVIEW_CHARS) -> str:
+    """What an error may echo of a client's value: a short prefix, and the full length when cut (a 1 MB value echoed
+    whole would overflow the status metadata)."""
+    if len(value) <= limit:
+        return repr(value)
+    unit = "bytes" if isinstance(value, bytes) else "characters"
+    return f"{value[:limit]!r}... ({len(value)} {unit})"
+
+
 @dataclass(frozen=True)
 class FieldViolation:
     """One bad field: its path in the request (e.g. `messages[0].content[1].image`) and what is wrong and allowed."""
@@ -59,11 +71,12 @@ class StageFault(OmniError):
 
 
 class ResourceExhausted(OmniError):
-    """A queue or a limit is full; the client may retry after `retry_after_s`."""
+    """A queue or a limit is full; the client may retry after `retry_after_s` (None: a retry cannot help, e.g. a
+    request over a size limit, so no RetryInfo is sent)."""
 
     grpc_code_name = "RESOURCE_EXHAUSTED"
 
-    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+    def __init__(self, message: str, retry_after_s: float | None = 1.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
 

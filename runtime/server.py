@@ -23,11 +23,13 @@ log = logging.getLogger(__name__)
 READY_PREFIX = "OMNIMESH_READY "  # the line `omnimesh up` waits for on a child's stdout
 
 
-def server_options(cfg: ServerConfig) -> list[tuple[str, Any]]:
+def server_options(cfg: ServerConfig, max_receive_bytes: int | None = None) -> list[tuple[str, Any]]:
+    """`max_receive_bytes` (default: cfg.max_message_bytes) lets a servicer read a request over the limit and refuse it
+    with an error of its own, naming the config field."""
     return [
         ("grpc.so_reuseport", 0),  # a second server on a port in use must fail, not share it silently
         ("grpc.max_send_message_length", cfg.max_message_bytes),
-        ("grpc.max_receive_message_length", cfg.max_message_bytes),
+        ("grpc.max_receive_message_length", max_receive_bytes or cfg.max_message_bytes),
         # Accept client keepalive pings, even during a long silent prefill (ops-notes.md: "Too many pings").
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
@@ -46,12 +48,14 @@ class BoundPorts(NamedTuple):
 class StageServer:
     """One process's server. Add servicers, `await start()`, then `await serve_until_signal()`."""
 
-    def __init__(self, stage: str, replica: str, cfg: ServerConfig, metrics: Metrics) -> None:
+    def __init__(self, stage: str, replica: str, cfg: ServerConfig, metrics: Metrics,
+                 max_receive_bytes: int | None = None) -> None:
         self.stage = stage
         self.replica = replica
         self.cfg = cfg
         self.metrics = metrics
-        self.server = grpc.aio.server(interceptors=[ErrorMappingInterceptor(metrics)], options=server_options(cfg))
+        self.server = grpc.aio.server(interceptors=[ErrorMappingInterceptor(metrics)],
+                                      options=server_options(cfg, max_receive_bytes))
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._services: list[str] = []

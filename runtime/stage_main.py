@@ -65,7 +65,9 @@ def run_stage(stage: str, builder: StageBuilder, argv: list[str] | None = None,
 
 async def _serve(stage: str, replica: str, mesh: MeshConfig, server_cfg: ServerConfig, builder: StageBuilder) -> None:
     metrics = Metrics(stage, replica)
-    server = StageServer(stage, replica, server_cfg, metrics)
+    # the gateway reads a public request up to twice its limit, to refuse one over it by name (request_decode.py)
+    receive = 2 * server_cfg.max_message_bytes if stage == "gateway" else None
+    server = StageServer(stage, replica, server_cfg, metrics, receive)
     model_dir = resolve_model(mesh.model)
     cleanup = await builder(mesh, model_dir, server)
     # the loaded model's and loaders' objects live as long as the process: moved out of the collector's reach, a

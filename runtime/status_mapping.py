@@ -24,7 +24,7 @@ def to_rpc_status(err: OmniError) -> status_pb2.Status:
     if isinstance(err, (Unavailable, StageFault)) and err.stage:
         info.metadata["stage"] = err.stage
     status.details.add().Pack(info)
-    if isinstance(err, ResourceExhausted):
+    if isinstance(err, ResourceExhausted) and err.retry_after_s is not None:
         delay = duration_pb2.Duration()
         delay.FromTimedelta(datetime.timedelta(seconds=err.retry_after_s))
         status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))

@@ -85,3 +85,8 @@ def test_resource_exhausted_carries_retry_info() -> None:
     assert retry.retry_delay.ToTimedelta().total_seconds() == 2.5
     default = unpack(to_rpc_status(ResourceExhausted("x")).details[1], error_details_pb2.RetryInfo)
     assert default.retry_delay.seconds == 1
+
+
+def test_resource_exhausted_without_a_retry_delay_carries_no_retry_info() -> None:
+    status = to_rpc_status(ResourceExhausted("the request is too large", retry_after_s=None))
+    assert [d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in status.details] == [False]
