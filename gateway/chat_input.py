@@ -7,11 +7,21 @@ from dataclasses import dataclass
 from omnimesh.v1 import common_pb2, omni_pb2
 from runtime.config import SamplingDefaults
 from runtime.engine.sampling_params import SamplingOptions
-from runtime.errors import InvalidArgument
-from runtime.sampling import resolve_sampling
+from runtime.errors import InvalidArgument, preview
+from runtime.sampling import check_speech_sampling, resolve_sampling
 
 ROLES = ("system", "user", "assistant")
 MEDIA_KINDS = ("image", "audio", "video")
+# Caps on what one request holds, checked before any of it is used (documented on ChatRequest in omni.proto); the
+# request's bytes are capped as a whole by gateway.server.max_message_bytes.
+MAX_REQUEST_ID_CHARS = 128
+MAX_MESSAGES = 1024
+MAX_PARTS = 256  # content parts of one message
+MAX_MEDIA_ITEMS = 64  # images, audio clips and videos of the whole request
+MAX_TEXT_CHARS = 1 << 20  # all text parts together: 16 per token of the released model's 65,536-token context
+MAX_MIME_TYPE_CHARS = 128
+MAX_VOICE_CHARS = 64
+MAX_OUTPUT_MODALITIES = 2
 
 
 @dataclass(frozen=True)
@@ -37,7 +47,7 @@ class ChatInput:
     voice: str
     return_codes: bool
     use_audio_in_video: bool
-    speech_sampling: common_pb2.SamplingParams | None = None  # validated by the talker, which owns its defaults
+    speech_sampling: common_pb2.SamplingParams | None = None  # fields set checked; the talker owns the defaults
 
     @property
     def media(self) -> list[MediaBytes]:
@@ -45,14 +55,16 @@ class ChatInput:
 
 
 def chat_input_from_pb(req: omni_pb2.ChatRequest, defaults: SamplingDefaults) -> ChatInput:
-    """Validates every field a client controls; each error names the field, the problem and what is allowed."""
-    if not req.messages:
-        raise InvalidArgument("messages", "is empty; send at least one message")
+    """Validates every field a client controls; each error names the field, the problem and what is allowed, and
+    echoes at most a short prefix of what was sent."""
+    _check_sizes(req)
     turns = tuple(_turn(i, m) for i, m in enumerate(req.messages))
     modalities = set(req.output_modalities) or {omni_pb2.MODALITY_TEXT}
     if not modalities <= {omni_pb2.MODALITY_TEXT, omni_pb2.MODALITY_AUDIO}:
         raise InvalidArgument("output_modalities", f"holds {sorted(modalities)}; use MODALITY_TEXT (1) and/or "
                               "MODALITY_AUDIO (2)")
+    if req.HasField("speech_sampling"):
+        check_speech_sampling(req.speech_sampling)
     return ChatInput(
         request_id=req.request_id or uuid.uuid4().hex,
         turns=turns,
@@ -65,10 +77,43 @@ def chat_input_from_pb(req: omni_pb2.ChatRequest, defaults: SamplingDefaults) ->
     )
 
 
+def _check_sizes(req: omni_pb2.ChatRequest) -> None:
+    """Every string and repeated field against its cap, counts before contents."""
+    caps = [
+        ("request_id", len(req.request_id), MAX_REQUEST_ID_CHARS, "characters"),
+        ("voice", len(req.voice), MAX_VOICE_CHARS, "characters"),
+        ("output_modalities", len(req.output_modalities), MAX_OUTPUT_MODALITIES, "entries"),
+        ("messages", len(req.messages), MAX_MESSAGES, "messages"),
+    ]
+    for i, msg in enumerate(req.messages):
+        caps.append((f"messages[{i}].content", len(msg.content), MAX_PARTS, "parts"))
+    for field, size, cap, unit in caps:
+        if size > cap:
+            raise InvalidArgument(field, f"has {size} {unit}; at most {cap}")
+    if not req.messages:
+        raise InvalidArgument("messages", "is empty; send at least one message")
+    num_media = num_chars = 0
+    for i, msg in enumerate(req.messages):
+        for j, part in enumerate(msg.content):
+            kind = part.WhichOneof("part")
+            if kind == "text":
+                num_chars += len(part.text)
+            elif kind is not None:
+                num_media += 1
+                mime = getattr(part, kind).mime_type
+                if len(mime) > MAX_MIME_TYPE_CHARS:
+                    raise InvalidArgument(f"messages[{i}].content[{j}].{kind}.mime_type",
+                                          f"has {len(mime)} characters; at most {MAX_MIME_TYPE_CHARS}")
+    if num_chars > MAX_TEXT_CHARS:
+        raise InvalidArgument("messages", f"hold {num_chars} characters of text; at most {MAX_TEXT_CHARS} in all")
+    if num_media > MAX_MEDIA_ITEMS:
+        raise InvalidArgument("messages", f"hold {num_media} media items; at most {MAX_MEDIA_ITEMS} in all")
+
+
 def _turn(i: int, msg: omni_pb2.Message) -> Turn:
     field = f"messages[{i}]"
     if msg.role not in ROLES:
-        raise InvalidArgument(f"{field}.role", f"is {msg.role!r}; must be one of {', '.join(ROLES)}")
+        raise InvalidArgument(f"{field}.role", f"is {preview(msg.role)}; must be one of {', '.join(ROLES)}")
     if not msg.content:
         raise InvalidArgument(f"{field}.content", "is empty; a message needs at least one content part")
     parts: list[str | MediaBytes] = []

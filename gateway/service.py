@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from omnimesh.v1 import common_pb2
-from runtime.errors import InvalidArgument, OmniError, Unavailable, Unimplemented
+from runtime.errors import InvalidArgument, OmniError, Unavailable, Unimplemented, preview
 from runtime.metrics import Metrics
 from gateway.chat_input import ChatInput
 from gateway.clients.talker import SpeakSetup, TalkerClient
@@ -88,7 +88,8 @@ class OmniService:
         t0 = time.monotonic()
         self.check_served(chat)
         if chat.want_audio and chat.voice and chat.voice.lower() not in (voices := await self.voices()):
-            raise InvalidArgument("voice", f"unknown voice {chat.voice!r}; this deployment speaks {', '.join(voices)}")
+            raise InvalidArgument("voice", f"unknown voice {preview(chat.voice)}; this deployment speaks "
+                                  f"{', '.join(voices)}")
         prompt = await self._thinker_prompt(chat, timeout)
         stream = self.thinker.generate(prompt, chat.sampling, want_conditioning=chat.want_audio, timeout=timeout)
         if chat.want_audio:

@@ -1,6 +1,7 @@
 """SamplingParams (wire) -> SamplingOptions (engine), with defaults and a named error for every bad field."""
 from __future__ import annotations
 
+import math
 import secrets
 
 from omnimesh.v1 import common_pb2
@@ -10,6 +11,12 @@ from runtime.engine.sampler import MAX_TOP_LOGPROBS
 from runtime.errors import InvalidArgument
 
 MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 256  # of each stop string: every delta is searched for each, over the longest's length
+MAX_STOP_TOKEN_IDS = 256
+# What a request's speech_sampling may set; anything else has no meaning for codec codes and is refused.
+SPEECH_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed", "max_tokens")
+_OPTIONAL = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed", "max_tokens",
+             "presence_penalty", "frequency_penalty")
 
 
 def resolve_sampling(pb: common_pb2.SamplingParams, defaults: SamplingDefaults, field: str = "sampling",
@@ -28,18 +35,23 @@ def resolve_sampling(pb: common_pb2.SamplingParams, defaults: SamplingDefaults, 
     frequency = get("frequency_penalty", 0.0)
     max_tokens = int(get("max_tokens", defaults.max_tokens))
     checks = [
-        (temperature >= 0 and temperature == temperature, "temperature",  # NaN != NaN
-         f"is {temperature}; must be >= 0 (0 is greedy)"),
+        (temperature >= 0 and math.isfinite(temperature), "temperature",
+         f"is {temperature}; must be >= 0 (0 is greedy), not NaN or infinite"),
         (top_k >= 0, "top_k", f"is {top_k}; must be >= 0 (0 disables)"),
         (0 < top_p <= 1, "top_p", f"is {top_p}; must be in (0, 1]"),
         (0 <= min_p <= 1, "min_p", f"is {min_p}; must be in [0, 1]"),
-        (repetition > 0, "repetition_penalty", f"is {repetition}; must be > 0 (1 disables)"),
+        (repetition > 0 and math.isfinite(repetition), "repetition_penalty",
+         f"is {repetition}; must be > 0 (1 disables), not NaN or infinite"),
         (-2 <= presence <= 2, "presence_penalty", f"is {presence}; must be in [-2, 2]"),
         (-2 <= frequency <= 2, "frequency_penalty", f"is {frequency}; must be in [-2, 2]"),
         (max_tokens >= 1, "max_tokens", f"is {max_tokens}; must be >= 1"),
         (pb.top_logprobs <= MAX_TOP_LOGPROBS, "top_logprobs", f"is {pb.top_logprobs}; must be <= {MAX_TOP_LOGPROBS}"),
         (len(pb.stop) <= MAX_STOP_STRINGS, "stop", f"has {len(pb.stop)} strings; at most {MAX_STOP_STRINGS}"),
         (all(pb.stop), "stop", "holds an empty string; stop strings must be non-empty"),
+        (all(len(s) <= MAX_STOP_CHARS for s in pb.stop), "stop",
+         f"holds a string of {max(map(len, pb.stop), default=0)} characters; at most {MAX_STOP_CHARS} each"),
+        (len(pb.stop_token_ids) <= MAX_STOP_TOKEN_IDS, "stop_token_ids",
+         f"has {len(pb.stop_token_ids)} ids; at most {MAX_STOP_TOKEN_IDS}"),
         (all(t >= 0 for t in pb.stop_token_ids), "stop_token_ids", "holds a negative id"),
     ]
     for ok, name, problem in checks:
@@ -54,6 +66,25 @@ def resolve_sampling(pb: common_pb2.SamplingParams, defaults: SamplingDefaults, 
         max_tokens=max_tokens, stop_token_ids=frozenset(pb.stop_token_ids), stop_strings=tuple(pb.stop),
         ignore_eos=pb.ignore_eos, logprobs=pb.logprobs or pb.top_logprobs > 0, top_logprobs=int(pb.top_logprobs),
     )
+
+
+def check_speech_sampling(pb: common_pb2.SamplingParams, field: str = "speech_sampling") -> None:
+    """The fields a request sets on its speech's sampling, checked where it arrives, before any stream opens; unset
+    fields take the talker's defaults (its config), which the talker checks itself."""
+    unused = [n for n in _OPTIONAL if n not in SPEECH_FIELDS and pb.HasField(n)]
+    unused += [n for n in ("stop", "stop_token_ids", "logprobs", "top_logprobs", "ignore_eos") if getattr(pb, n)]
+    if unused:
+        raise InvalidArgument(f"{field}.{unused[0]}", f"is not used by the talker; set only {', '.join(SPEECH_FIELDS)}")
+    checks = [
+        ("temperature", lambda v: v >= 0 and math.isfinite(v), "must be >= 0 (0 is greedy), not NaN or infinite"),
+        ("top_k", lambda v: v >= 0, "must be >= 0 (0 disables)"),
+        ("top_p", lambda v: 0 < v <= 1, "must be in (0, 1]"),
+        ("repetition_penalty", lambda v: v > 0 and math.isfinite(v), "must be > 0 (1 disables), not NaN or infinite"),
+        ("max_tokens", lambda v: v >= 1, "must be >= 1 (codec frames)"),
+    ]
+    for name, ok, rule in checks:
+        if pb.HasField(name) and not ok(getattr(pb, name)):
+            raise InvalidArgument(f"{field}.{name}", f"is {getattr(pb, name)}; {rule}")
 
 
 def sampling_to_pb(opts: SamplingOptions) -> common_pb2.SamplingParams:

@@ -1,6 +1,7 @@
 """SpeakStart's two SamplingParams -> one TalkerSampling and a frame limit, with config defaults and named errors."""
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from omnimesh.v1 import common_pb2
@@ -38,10 +39,12 @@ def resolve_speech_sampling(talker: common_pb2.SamplingParams, predictor: common
     p_top_p = _get(predictor, "top_p", speech.predictor_top_p)
     sides = ((TALKER_FIELD, t_temp, t_top_k, t_top_p), (PREDICTOR_FIELD, p_temp, p_top_k, p_top_p))
     for field, temp, top_k, top_p in sides:
-        _check(temp >= 0, f"{field}.temperature", f"is {temp}; must be >= 0 (0 is greedy)")
+        _check(temp >= 0 and math.isfinite(temp), f"{field}.temperature",
+               f"is {temp}; must be >= 0 (0 is greedy), not NaN or infinite")
         _check(top_k >= 0, f"{field}.top_k", f"is {top_k}; must be >= 0 (0 disables)")
         _check(0 < top_p <= 1, f"{field}.top_p", f"is {top_p}; must be in (0, 1]")
-    _check(repetition > 0, f"{TALKER_FIELD}.repetition_penalty", f"is {repetition}; must be > 0 (1 disables)")
+    _check(repetition > 0 and math.isfinite(repetition), f"{TALKER_FIELD}.repetition_penalty",
+           f"is {repetition}; must be > 0 (1 disables), not NaN or infinite")
     _check(max_frames >= 1, f"{TALKER_FIELD}.max_tokens", f"is {max_frames}; must be >= 1 (codec frames)")
     seed = int(talker.seed) if talker.HasField("seed") else None  # None: the runner draws a fresh one
     if t_temp == 0 and p_temp == 0:

@@ -124,3 +124,38 @@ def test_bad_sampling_is_named_under_sampling() -> None:
 def test_the_first_bad_message_is_reported() -> None:
     err = bad(request(user(text("ok")), omni_pb2.Message(role="user"), omni_pb2.Message(role="x")))
     assert err.violations[0].field == "messages[1].content"
+
+
+@pytest.mark.parametrize(("req", "field", "words"), [
+    (request(*[user(text("a"))] * 1025), "messages", "has 1025 messages; at most 1024"),
+    (request(user(*[media("image")] * 65)), "messages", "hold 65 media items; at most 64 in all"),
+    (request(user(text("a" * 600_000)), user(text("b" * 600_000))), "messages",
+     "hold 1200000 characters of text; at most 1048576 in all"),
+    (request(user(text("a")), output_modalities=[1, 2, 1]), "output_modalities", "has 3 entries; at most 2"),
+    (request(user(text("a")), voice="v" * 65), "voice", "has 65 characters; at most 64"),
+    (request(user(text("a")), request_id="r" * 129), "request_id", "has 129 characters; at most 128"),
+    (request(user(media("audio", mime="a" * 129))), "messages[0].content[0].audio.mime_type",
+     "has 129 characters; at most 128"),
+])
+def test_every_string_and_repeated_field_has_a_cap(req: omni_pb2.ChatRequest, field: str, words: str) -> None:
+    err = bad(req)
+    assert [v.field for v in err.violations] == [field]
+    assert words in err.message and len(err.message) < 120
+
+
+def test_a_long_role_is_echoed_as_a_prefix() -> None:
+    err = bad(request(omni_pb2.Message(role="x" * 100_000, content=[text("a")])))
+    assert err.message == ("messages[0].role: is 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (100000 characters); must be one "
+                           "of system, user, assistant")
+
+
+@pytest.mark.parametrize(("speech", "field"), [
+    (common_pb2.SamplingParams(temperature=float("inf")), "speech_sampling.temperature"),
+    (common_pb2.SamplingParams(top_p=1.5), "speech_sampling.top_p"),
+    (common_pb2.SamplingParams(logprobs=True), "speech_sampling.logprobs"),
+])
+def test_speech_sampling_is_checked_with_the_request(speech: common_pb2.SamplingParams, field: str) -> None:
+    assert [v.field for v in bad(request(user(text("a")), speech_sampling=speech)).violations] == [field]
+    ok = chat_input_from_pb(request(user(text("a")), speech_sampling=common_pb2.SamplingParams(
+        temperature=0.0, top_k=5, top_p=0.5, repetition_penalty=1.1, seed=3, max_tokens=40)), DEFAULTS)
+    assert ok.speech_sampling is not None and ok.speech_sampling.max_tokens == 40

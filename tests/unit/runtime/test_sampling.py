@@ -10,7 +10,8 @@ from runtime.config import SamplingDefaults
 from runtime.engine.sampler import MAX_TOP_LOGPROBS
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.errors import InvalidArgument
-from runtime.sampling import MAX_STOP_STRINGS, resolve_sampling, sampling_to_pb
+from runtime.sampling import (MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, check_speech_sampling,
+                              resolve_sampling, sampling_to_pb)
 
 DEFAULTS = SamplingDefaults(temperature=0.5, top_k=7, top_p=0.75, min_p=0.125, repetition_penalty=1.5, max_tokens=99)
 NAN = float("nan")
@@ -132,3 +133,55 @@ def test_sampling_to_pb_sets_every_field_and_round_trips() -> None:
 def test_sampling_to_pb_round_trips_greedy_defaults() -> None:
     opts = resolve(temperature=0.0)
     assert resolve_sampling(sampling_to_pb(opts), SamplingDefaults()) == opts
+
+
+INF = float("inf")
+
+
+@pytest.mark.parametrize(("fields", "name"), [
+    ({"temperature": INF}, "temperature"),
+    ({"repetition_penalty": INF}, "repetition_penalty"),
+    ({"repetition_penalty": NAN}, "repetition_penalty"),
+    ({"top_p": INF}, "top_p"),
+    ({"min_p": NAN}, "min_p"),
+    ({"presence_penalty": -INF}, "presence_penalty"),
+    ({"frequency_penalty": NAN}, "frequency_penalty"),
+])
+def test_nan_and_infinities_are_refused(fields: dict[str, Any], name: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        resolve(**fields)
+    assert [v.field for v in info.value.violations] == [f"sampling.{name}"]
+
+
+def test_stop_strings_and_ids_are_capped() -> None:
+    with pytest.raises(InvalidArgument, match=f"holds a string of {MAX_STOP_CHARS + 1} characters; at most "
+                                              f"{MAX_STOP_CHARS} each"):
+        resolve(stop=["ok", "s" * (MAX_STOP_CHARS + 1)])
+    with pytest.raises(InvalidArgument, match=f"has {MAX_STOP_TOKEN_IDS + 1} ids; at most {MAX_STOP_TOKEN_IDS}"):
+        resolve(stop_token_ids=[1] * (MAX_STOP_TOKEN_IDS + 1))
+    assert resolve(stop=["s" * MAX_STOP_CHARS]).stop_strings == ("s" * MAX_STOP_CHARS,)
+
+
+@pytest.mark.parametrize(("fields", "name", "text"), [
+    ({"temperature": -1.0}, "temperature", "must be >= 0"),
+    ({"temperature": INF}, "temperature", "not NaN or infinite"),
+    ({"top_k": -1}, "top_k", "must be >= 0"),
+    ({"top_p": 0.0}, "top_p", "must be in (0, 1]"),
+    ({"top_p": NAN}, "top_p", "must be in (0, 1]"),
+    ({"repetition_penalty": NAN}, "repetition_penalty", "not NaN or infinite"),
+    ({"max_tokens": 0}, "max_tokens", "must be >= 1"),
+    ({"min_p": 0.1}, "min_p", "is not used by the talker"),
+    ({"stop": ["x"]}, "stop", "is not used by the talker"),
+    ({"ignore_eos": True}, "ignore_eos", "is not used by the talker"),
+])
+def test_speech_sampling_fields_are_checked_where_they_arrive(fields: dict[str, Any], name: str, text: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        check_speech_sampling(common_pb2.SamplingParams(**fields))
+    assert [v.field for v in info.value.violations] == [f"speech_sampling.{name}"]
+    assert text in info.value.violations[0].description
+
+
+def test_speech_sampling_unset_and_in_range_passes() -> None:
+    check_speech_sampling(common_pb2.SamplingParams())
+    check_speech_sampling(common_pb2.SamplingParams(temperature=0.0, top_k=0, top_p=1.0, repetition_penalty=1.05,
+                                                    seed=0, max_tokens=1))

@@ -39,6 +39,9 @@ def test_greedy_talker_makes_the_predictor_greedy_unless_it_says_otherwise() -> 
 @pytest.mark.parametrize(("talker", "predictor", "field"), [
     (P(temperature=-1), P(), "start.talker_sampling.temperature"),
     (P(temperature=float("nan")), P(), "start.talker_sampling.temperature"),
+    (P(temperature=float("inf")), P(), "start.talker_sampling.temperature"),
+    (P(), P(temperature=float("inf")), "start.code_predictor_sampling.temperature"),
+    (P(repetition_penalty=float("inf")), P(), "start.talker_sampling.repetition_penalty"),
     (P(top_k=-1), P(), "start.talker_sampling.top_k"),
     (P(top_p=0), P(), "start.talker_sampling.top_p"),
     (P(repetition_penalty=0), P(), "start.talker_sampling.repetition_penalty"),
