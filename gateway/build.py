@@ -34,8 +34,8 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer) 
     talker = None
     if mesh.talker.enabled and mesh.talker.address:
         talker = TalkerClient(open_channel(mesh.talker.address, mesh.gateway.server.max_message_bytes), server.metrics)
-    service = OmniService(PromptBuilder.from_dir(model_dir), thinker, media, talker, server.metrics,
-                          mesh.gateway.stage_timeout_s)
+    prompts = PromptBuilder.from_dir(model_dir, mesh.gateway.allow_special_tokens)
+    service = OmniService(prompts, thinker, media, talker, server.metrics, mesh.gateway.stage_timeout_s)
     served_inputs = media.served_inputs
     info = omni_pb2.OmniInfo(
         gateway=common_pb2.StageInfo(stage="gateway", replica=server.replica, model=mesh.model, build=build_string()),

@@ -14,24 +14,27 @@ from gateway.media_prep import DecodedMedia
 class PromptBuilder:
     """Holds the checkpoint's tokenizer, chat template and the M-RoPE time scale that orders audio in video."""
 
-    def __init__(self, tokenizer: Tokenizer, template: str, position_id_per_seconds: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, template: str, position_id_per_seconds: int,
+                 allow_special_tokens: bool = False) -> None:
         self.tokenizer = tokenizer
         self.template = template
         self.position_id_per_seconds = position_id_per_seconds
+        self.allow_special_tokens = allow_special_tokens  # else `<|im_start|>` in a request's text is plain text
         self._ids = {name: tokenizer.token_id(tok) for name, tok in (
             ("audio_start", "<|audio_start|>"), ("audio_end", "<|audio_end|>"), ("audio_pad", "<|audio_pad|>"),
             ("video_pad", "<|video_pad|>"))}
 
     @classmethod
-    def from_dir(cls, model_dir: Path) -> PromptBuilder:
+    def from_dir(cls, model_dir: Path, allow_special_tokens: bool = False) -> PromptBuilder:
         thinker = json.loads((model_dir / "config.json").read_text())["thinker_config"]
         return cls(Tokenizer.from_dir(model_dir), load_chat_template(model_dir),
-                   int(thinker.get("position_id_per_seconds", 13)))
+                   int(thinker.get("position_id_per_seconds", 13)), allow_special_tokens)
 
     def build(self, chat: ChatInput, decoded: list[DecodedMedia]) -> PromptIds:
         messages = [ChatMessage(t.role, [TextPart(p) if isinstance(p, str) else MediaPart(p.kind) for p in t.parts])
                     for t in chat.turns]
-        prompt = build_prompt_ids(self.tokenizer, self.template, messages, [d.num_tokens for d in decoded])
+        prompt = build_prompt_ids(self.tokenizer, self.template, messages, [d.num_tokens for d in decoded],
+                                  special_in_text=self.allow_special_tokens)
         if not any(d.with_track for d in decoded):
             return prompt
         return self._interleave_tracks(prompt, decoded)

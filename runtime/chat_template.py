@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -125,11 +126,14 @@ def build_prompt_ids(
     messages: Sequence[ChatMessage],
     media_token_counts: Sequence[int],
     add_generation_prompt: bool = True,
+    special_in_text: bool = True,
 ) -> PromptIds:
     """Token ids of the rendered prompt with each media pad expanded to its item's token count.
 
     `media_token_counts[i]` is the number of LLM tokens of the i-th media item in order of appearance
-    (e.g. t*h*w/4 for an image, the AuT output length for audio).
+    (e.g. t*h*w/4 for an image, the AuT output length for audio). With `special_in_text=False`, a special token's
+    string inside a text part (`<|im_start|>` typed by a user) is tokenized as plain characters, so text cannot
+    forge turns or media; only the template's own markup yields special tokens.
     """
     kinds = [kind for m in messages for kind in m.media_kinds()]
     if len(media_token_counts) != len(kinds):
@@ -138,7 +142,10 @@ def build_prompt_ids(
         if count < 1:
             raise ValueError(f"media_token_counts[{i}]={count}; every media item needs at least one token")
     pad_kind = {tokenizer.token_id(tok): kind for kind, tok in PAD_TOKENS.items()}
-    rendered = tokenizer.encode(render_chat(template, messages, add_generation_prompt))
+    if special_in_text or not _spells_special(tokenizer, messages):  # the common case: one encode, as transformers
+        rendered = tokenizer.encode(render_chat(template, messages, add_generation_prompt))
+    else:
+        rendered = _encode_text_literally(tokenizer, template, messages, add_generation_prompt)
     found = [pad_kind[t] for t in rendered if t in pad_kind]
     if found != kinds:
         # Only reachable when message text itself spells a pad token: the prompt would misplace media.
@@ -158,3 +165,43 @@ def build_prompt_ids(
         spans.append(MediaSpan(kind, len(ids), media_token_counts[index], index))
         ids.extend([token] * media_token_counts[index])
     return PromptIds(ids, spans)
+
+
+_SLOT = re.compile("\ue000([0-9]+)\ue001")  # private-use marks: a template emits them only where text was
+
+
+def _spells_special(tokenizer: Tokenizer, messages: Sequence[ChatMessage]) -> bool:
+    texts = [p.text for m in messages for p in m.parts if isinstance(p, TextPart)]
+    return any(special in text for text in texts for special in tokenizer.special_tokens)
+
+
+def _encode_text_literally(tokenizer: Tokenizer, template: str, messages: Sequence[ChatMessage],
+                           add_generation_prompt: bool) -> list[int]:
+    """The template rendered around a slot per text part; markup encoded with special tokens, each text without."""
+    texts: list[str] = []
+    slotted = []
+    for m in messages:
+        parts: list[TextPart | MediaPart] = []
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                parts.append(TextPart(f"\ue000{len(texts)}\ue001"))
+                texts.append(p.text)
+            else:
+                parts.append(p)
+        slotted.append(ChatMessage(m.role, parts))
+    pieces = _SLOT.split(render_chat(template, slotted, add_generation_prompt))  # markup, slot, markup, ...
+    slots = [int(i) for i in pieces[1::2]]
+    if slots != list(range(len(texts))) or _filled(pieces, texts) != render_chat(template, messages,
+                                                                                 add_generation_prompt):
+        raise InvalidArgument("messages", "text spells a special token (such as <|im_start|>), which this deployment "
+                              "reads as plain text, but its chat template rewrites text; remove the special token")
+    ids: list[int] = []
+    for k, piece in enumerate(pieces):
+        ids += tokenizer.encode(texts[int(piece)], allow_special=False) if k % 2 else tokenizer.encode(piece)
+    return ids
+
+
+def _filled(pieces: list[str], texts: list[str]) -> str:
+    """The slotted rendering with each text back in its slot: equal to the plain rendering unless the template
+    rewrites text (trims, splits, changes case), which the slots would silently undo."""
+    return "".join(texts[int(p)] if k % 2 else p for k, p in enumerate(pieces))

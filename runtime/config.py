@@ -234,6 +234,9 @@ class GatewayConfig:
     # Chat streams one replica serves at once; past it RESOURCE_EXHAUSTED with RetryInfo, before any media is decoded
     # (decoded media is held in memory until the stages took it). Scale gateways on omnimesh_requests_in_flight.
     max_in_flight: int = 1024
+    # Text spelling a special token (`<|im_start|>`) becomes that token; off, it is plain text, so a user cannot forge
+    # turns or system prompts through the chat template. Turn on only when every client is trusted.
+    allow_special_tokens: bool = False
 
     def __post_init__(self) -> None:
         _check(self.max_in_flight >= 1, "max_in_flight", self.max_in_flight, "use a value >= 1")

@@ -23,11 +23,32 @@ class _ContextFilter(logging.Filter):
         return True
 
 
+# C0 and C1 controls and the Unicode line/paragraph separators: each is a line break to some log reader
+_BREAKS = (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+_CONTROL = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _BREAKS}
+_CONTROL |= {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def escape_field(text: str) -> str:
+    """`text` with control characters written as escapes: a request id or message holding a newline must not start
+    a line of its own that reads as another record."""
+    return text.translate(_CONTROL)
+
+
+class _EscapingFormatter(logging.Formatter):
+    """One record, one line: the message and request id escaped (a traceback, appended after, keeps its lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_field(record.message)
+        record.request_id = escape_field(str(record.request_id))
+        return super().formatMessage(record)
+
+
 def configure_logging(stage: str, level: str = "INFO") -> None:
     """Installs one stderr handler on the root logger; call once, from a process entry point."""
     handler = logging.StreamHandler()
     handler.addFilter(_ContextFilter(stage))
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(_EscapingFormatter(LOG_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -66,3 +66,23 @@ def test_configuring_twice_keeps_one_handler_and_sets_the_level(root_logger: log
 def test_a_bad_level_is_rejected(root_logger: logging.Logger) -> None:
     with pytest.raises(ValueError):
         configure_logging("vision", "loud")
+
+
+def test_a_newline_in_a_request_id_or_message_cannot_forge_a_line(root_logger: logging.Logger,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("gateway")
+    log = logging.getLogger("omnimesh.test")
+    forged = "r1\n2026-01-01 00:00:00,000 INFO gateway auth [req=admin] key accepted"
+    token = request_id_var.set(forged)
+    try:
+        log.info("voice %s refused", "a\r\nb\x1b[2J\u2028c")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            log.exception("failed")
+    finally:
+        request_id_var.reset(token)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith("[req=r1\\n2026-01-01 00:00:00,000 INFO gateway auth [req=admin] key accepted] voice "
+                             "a\\r\\nb\\x1b[2J\\u2028c refused")
+    assert lines[1].endswith("] failed") and lines[2] == "Traceback (most recent call last):"  # tracebacks keep lines
