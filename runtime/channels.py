@@ -7,7 +7,7 @@ import json
 
 import grpc
 
-# Retries only before the first response arrives, which is right for generation (ops-notes.md).
+# Retries only before the first response arrives, which is right for generation (docs/grpc-transport.md).
 _SERVICE_CONFIG = json.dumps({
     "loadBalancingConfig": [{"round_robin": {}}],
     "healthCheckConfig": {"serviceName": ""},

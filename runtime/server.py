@@ -30,7 +30,7 @@ def server_options(cfg: ServerConfig, max_receive_bytes: int | None = None) -> l
         ("grpc.so_reuseport", 0),  # a second server on a port in use must fail, not share it silently
         ("grpc.max_send_message_length", cfg.max_message_bytes),
         ("grpc.max_receive_message_length", max_receive_bytes or cfg.max_message_bytes),
-        # Accept client keepalive pings, even during a long silent prefill (ops-notes.md: "Too many pings").
+        # Accept client keepalive pings, even during a long silent prefill (docs/grpc-transport.md: "Too many pings").
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),

@@ -11,7 +11,7 @@ import torch
 from omnimesh.v1 import common_pb2
 from runtime.errors import InvalidArgument
 
-CHUNK_BYTES = 1 << 20  # measured ~5x faster than one big message (ops-notes.md)
+CHUNK_BYTES = 1 << 20  # measured ~5x faster than one big message (docs/grpc-transport.md)
 
 _TORCH_TO_PB = {
     torch.float32: common_pb2.DTYPE_FLOAT32,

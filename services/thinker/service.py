@@ -98,7 +98,7 @@ class ThinkerService:
                       ) -> AsyncIterator[TokensOut | ConditioningOut | FinishedOut]:
         """The sequence's tokens in batches, then its finish. The first batch goes at once; each later one with the
         first step that ends `flush_seconds` or more after the previous message (what the engine makes meanwhile
-        travels together: ops-notes.md, ~40 us per message); the last with the sequence's end."""
+        travels together: docs/grpc-transport.md, ~40 us per message); the last with the sequence's end."""
         text = TextOutput(self.tokenizer, inp.sampling.stop_strings)
         sent_conditioning = not inp.request.capture_talker_states
         hold_until: float | None = None

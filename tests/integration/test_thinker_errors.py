@@ -99,7 +99,7 @@ def test_image_prompt_with_its_embeddings_generates(mesh: Proc) -> None:
 
 
 def test_aggressive_client_keepalive_survives_a_silent_stream(mesh: Proc) -> None:
-    """A client pinging every second while the server says nothing for 3 s must not be cut off (ops-notes)."""
+    """A client pinging every second while the server is silent for 3 s is not cut off (docs/grpc-transport.md)."""
     addr = f"127.0.0.1:{mesh.ports['thinker']['grpc_port']}"
 
     async def scenario() -> list:
