@@ -39,3 +39,12 @@ def test_a_checkpoint_a_stage_cannot_load_names_the_stage(tmp_path: Path) -> Non
     assert run.returncode == 1
     assert "no thinker_config.text_config; is it a Qwen3-Omni checkpoint?" in run.stderr  # the thinker's own log
     assert last_line(run) == "error: thinker did not become ready (exit code 1); its log above says why"
+
+
+def test_a_config_value_of_the_wrong_type_names_its_key(tmp_path: Path) -> None:
+    (tmp_path / "mesh.yaml").write_text("thinker:\n  engine:\n    enable_prefix_cache: 'no'\nvision:\n  engine: {}\n")
+    run = up("--config", str(tmp_path / "mesh.yaml"))
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    line = last_line(run)  # both mistakes, each by its dotted key, on the one line
+    assert line.startswith("error: config field thinker.engine.enable_prefix_cache='no' is invalid: use true or false")
+    assert "; unknown config key vision.engine: vision takes only " in line
