@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ class Child:
     host: str  # where its health service is dialled
     grpc_port: int = 0
     metrics_port: int = -1
+    http_port: int = 0  # an HTTP child (the OpenAI front): health is GET /health, it has no gRPC port
 
 
 def dial_host(listen_host: str) -> str:
@@ -72,7 +74,8 @@ class Supervisor:
         def bring_up(child: Child) -> None:
             try:
                 ports = self._read_ready(child, ready_timeout_s)
-                child.grpc_port, child.metrics_port = ports["grpc_port"], ports["metrics_port"]
+                child.grpc_port, child.metrics_port = ports.get("grpc_port", 0), ports.get("metrics_port", -1)
+                child.http_port = ports.get("http_port", 0)
                 self._wait_healthy(child, ready_timeout_s)
                 outcomes.put(None)
             except BaseException as e:  # handed to the caller's thread
@@ -104,6 +107,8 @@ class Supervisor:
                           + "; its log above says why")
 
     def _wait_healthy(self, child: Child, timeout_s: float) -> None:
+        if child.http_port:
+            return self._wait_http_healthy(child, timeout_s)
         with grpc.insecure_channel(target(child.host, child.grpc_port)) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             deadline = time.monotonic() + timeout_s
@@ -153,8 +158,23 @@ class Supervisor:
         self.stop_all()
         return 0
 
+    def _wait_http_healthy(self, child: Child, timeout_s: float) -> None:
+        url = f"http://{target(child.host, child.http_port)}/health"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise StartFailed(f"{child.name} never answered {url}")
+
     def _not_serving(self, child: Child) -> bool:
         """True only for an answer of NOT_SERVING: a child too busy to answer in time is not judged on that."""
+        if child.http_port:
+            return False  # stateless: it fails by exiting, which the watch loop sees
         with grpc.insecure_channel(target(child.host, child.grpc_port)) as channel:
             try:
                 status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),

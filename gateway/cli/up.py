@@ -12,7 +12,7 @@ from pathlib import Path
 from runtime.config import load_mesh_config, write_mesh_config
 from runtime.logs import configure_logging
 from runtime.model_path import resolve_model
-from gateway.cli.supervisor import StartFailed, Supervisor
+from gateway.cli.supervisor import StartFailed, Supervisor, dial_host, target
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=None, help="gateway port (default 50051)")
     p.add_argument("--host", default=None, help="gateway listen address (default 127.0.0.1)")
     p.add_argument("--config", type=Path, default=None, help="mesh YAML (see deploy/mesh.example.yaml)")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="also serve the OpenAI-compatible HTTP API on this port (0: a free one), on --host")
     p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds a stage may take to load")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="for `up` and every stage process")
@@ -68,13 +70,22 @@ def _up(args: argparse.Namespace) -> int:
         write_mesh_config(mesh, config_path)
         gateway = sup.start("gateway", "gateway", [*common, "--replica", "gateway-0"], args.ready_timeout,
                             host=gw_server.host)
+        if args.http_port is not None:
+            gw_addr = target(dial_host(gw_server.host), gateway.grpc_port)
+            sup.start("http", "http_front", ["--gateway-addr", gw_addr, "--host", gw_server.host, "--port",
+                                             str(args.http_port), "--log-level", args.log_level],
+                      args.ready_timeout, host=gw_server.host)
     except BaseException:
         sup.stop_all()
         raise
     print(f"omnimesh is up on {gw_server.host}:{gateway.grpc_port} (model {mesh.model})", flush=True)
     for child in sup.children:
+        if child.http_port:
+            print(f"  {child.name:8s} http://{gw_server.host}:{child.http_port}/v1  (OpenAI API)", flush=True)
+            continue
         print(f"  {child.name:8s} grpc 127.0.0.1:{child.grpc_port}  metrics :{child.metrics_port}/metrics", flush=True)
     print("try: .venv/bin/omnimesh chat \"Hello\"   (Ctrl-C stops every stage)", flush=True)
     print(MESH_PREFIX + json.dumps({c.name: {"grpc_port": c.grpc_port, "metrics_port": c.metrics_port,
-                                             "pid": c.process.pid} for c in sup.children}), flush=True)
+                                             "pid": c.process.pid} | ({"http_port": c.http_port} if c.http_port else {})
+                                    for c in sup.children}), flush=True)
     return sup.wait()

@@ -1,0 +1,1 @@
+"""An OpenAI-compatible HTTP front (chat completions, speech, transcriptions, models) over the gateway's gRPC API."""

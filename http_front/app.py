@@ -1,0 +1,104 @@
+"""The ASGI app: OpenAI routes over one AsyncClient to the gateway, every error in the OpenAI shape."""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import PurePath
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from omnimesh import AsyncClient, OmnimeshError, Reply
+from http_front import audio
+from http_front.chat_input import chat_call
+from http_front.chat_output import Completion, completion_json, sse_stream
+from http_front.errors import RequestError, error_body, grpc_error_response, request_error_response
+from http_front.gateway import api_key, client
+from http_front.schemas import ChatCompletionRequest
+
+
+def create_app(gateway_addr: str, served_model_name: str = "", timeout_s: float | None = None) -> FastAPI:
+    """`served_model_name`: the id /v1/models lists and answers carry (default: the checkpoint's directory name)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.client = AsyncClient(gateway_addr, timeout=timeout_s)  # in the server's event loop
+        yield
+        await app.state.client.close()
+
+    app = FastAPI(title="omnimesh", lifespan=lifespan)
+    app.state.model_name = served_model_name
+    app.state.started = int(time.time())
+    app.include_router(audio.router)
+    _add_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict:
+        return {"object": "list", "data": [await _model_card(request)]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str, request: Request) -> dict:
+        card = await _model_card(request)
+        if model_id != card["id"]:
+            raise RequestError(f"model {model_id!r} is not served here; this server serves {card['id']!r}", "model",
+                               status=404, code="model_not_found")
+        return card
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        request_id = uuid.uuid4().hex
+        call = chat_call(body, request_id)
+        c = Completion(f"chatcmpl-{request_id}", int(time.time()), request.app.state.model_name or body.model,
+                       call.kwargs["speak"], body.audio.format if body.audio else "", body.logprobs,
+                       bool(body.stream_options and body.stream_options.include_usage))
+        events = client(request).chat_stream(call.messages, api_key=api_key(request), **call.kwargs)
+        if not body.stream:
+            reply = Reply()
+            async for event in events:
+                reply.add(event)
+            return JSONResponse(completion_json(c, reply))
+        first = await anext(events, None)  # a request the gateway refuses is an HTTP error, not a failing stream
+        return StreamingResponse(sse_stream(c, first, events), media_type="text/event-stream",
+                                 headers={"x-request-id": request_id})
+
+    return app
+
+
+async def _model_card(request: Request) -> dict:
+    """Asks the gateway each time, so its API key check applies here too."""
+    state = request.app.state
+    info = await client(request).info(api_key=api_key(request))
+    if not state.model_name:
+        state.model_name = PurePath(info.model).name or info.model
+    return {"id": state.model_name, "object": "model", "created": state.started, "owned_by": "omnimesh"}
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(OmnimeshError)
+    async def on_grpc_error(request: Request, err: OmnimeshError) -> JSONResponse:
+        return grpc_error_response(err)
+
+    @app.exception_handler(RequestError)
+    async def on_request_error(request: Request, err: RequestError) -> JSONResponse:
+        return request_error_response(err)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid_body(request: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        param = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or None
+        message = f"{param}: {first.get('msg', 'invalid')}" if param else first.get("msg", "invalid request body")
+        return JSONResponse(error_body(message, "invalid_request_error", param, "invalid_value"), status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def on_http_error(request: Request, err: HTTPException) -> JSONResponse:
+        type_ = "not_found_error" if err.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(err.detail), type_), status_code=err.status_code)

@@ -1,0 +1,56 @@
+"""Runs the HTTP front under uvicorn on a socket bound first (so `--port 0` works) and announces its port."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import socket
+import sys
+
+import uvicorn
+
+from runtime.logs import configure_logging
+from runtime.server import READY_PREFIX
+from http_front.app import create_app
+
+log = logging.getLogger(__name__)
+
+
+def serve(args: argparse.Namespace) -> int:
+    configure_logging("http", args.log_level)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as err:
+        print(f"error: cannot listen on {args.host}:{args.port}: {err.strerror}", file=sys.stderr)
+        return 1
+    app = create_app(args.gateway_addr, args.served_model_name, args.timeout)
+    config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=args.log_level == "DEBUG",
+                            timeout_graceful_shutdown=30)
+    server = uvicorn.Server(config)
+    # uvicorn drains on SIGTERM/SIGINT, restores the handlers it found and raises the signal again: with these no-op
+    # handlers found, a drained front exits 0, as every omnimesh process does.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    asyncio.run(_serve_and_announce(server, sock))
+    return 0
+
+
+async def _serve_and_announce(server: uvicorn.Server, sock: socket.socket) -> None:
+    async def announce() -> None:
+        while not server.started:
+            await asyncio.sleep(0.05)
+        port = sock.getsockname()[1]
+        log.info("serving the OpenAI API on http://%s:%d/v1", sock.getsockname()[0], port)
+        sys.stdout.write(READY_PREFIX + json.dumps({"http_port": port}) + "\n")
+        sys.stdout.flush()
+
+    task = asyncio.create_task(announce())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        task.cancel()

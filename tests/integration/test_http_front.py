@@ -1,0 +1,180 @@
+"""The OpenAI-compatible HTTP front, with the official `openai` package as its client, against a whole mesh (vision,
+audio, talker) with API keys, started by `omnimesh up --http-port 0` on loopback."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import wave
+from pathlib import Path
+
+import av
+import openai
+import pytest
+import yaml
+
+from tests.integration.media_files import mp4, png, wav
+from tests.integration.mesh_process import OMNIMESH, Proc, start
+
+KEY = "sk-http-test"
+TOKENS = 4
+SPEECH_TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def http_mesh(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
+    from gateway.cli.up import MESH_PREFIX
+
+    cfg = tmp_path_factory.mktemp("http_mesh") / "mesh.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "gateway": {"api_keys": [KEY]},
+        "vision": {"enabled": True},
+        "audio": {"enabled": True},
+        "talker": {"enabled": True, "speech": {"max_frames": 24}},
+        "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "token_flush_ms": 5.0}}}))
+    proc = start([OMNIMESH, "up", "--model", str(demo_ckpt), "--port", "0", "--http-port", "0", "--config", str(cfg)],
+                 MESH_PREFIX, timeout=300)
+    yield proc
+    assert proc.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def api(http_mesh: Proc) -> openai.OpenAI:
+    base = f"http://127.0.0.1:{http_mesh.ports['http']['http_port']}/v1"
+    return openai.OpenAI(api_key=KEY, base_url=base, max_retries=0, timeout=120)
+
+
+def data_url(mime: str, data: bytes) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def user(text: str = "Hi") -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+GREEDY = {"temperature": 0.0, "max_tokens": TOKENS, "extra_body": {"ignore_eos": True}}
+
+
+def test_models_lists_the_served_checkpoint(api: openai.OpenAI, demo_ckpt: Path) -> None:
+    (model,) = api.models.list().data
+    assert model.object == "model" and model.owned_by == "omnimesh" and model.id == demo_ckpt.name
+    assert api.models.retrieve(model.id).id == model.id
+
+
+def test_chat_completion_with_usage_and_logprobs(api: openai.OpenAI) -> None:
+    out = api.chat.completions.create(model="any", messages=user(), logprobs=True, top_logprobs=2, **GREEDY)
+    choice = out.choices[0]
+    assert out.object == "chat.completion" and out.id.startswith("chatcmpl-")
+    assert choice.finish_reason == "length" and choice.message.role == "assistant"
+    assert out.usage.completion_tokens == TOKENS and out.usage.total_tokens == out.usage.prompt_tokens + TOKENS
+    lps = choice.logprobs.content
+    assert len(lps) == TOKENS and all(len(lp.top_logprobs) == 2 for lp in lps)
+    assert bytes(b for lp in lps for b in lp.bytes).decode("utf-8", "replace") == choice.message.content
+    assert all(lp.token == bytes(lp.bytes).decode("utf-8", "replace") for lp in lps)
+
+
+def test_streamed_chat_equals_the_whole_answer(api: openai.OpenAI) -> None:
+    whole = api.chat.completions.create(model="any", messages=user(), **GREEDY).choices[0].message.content
+    chunks = list(api.chat.completions.create(model="any", messages=user(), stream=True,
+                                              stream_options={"include_usage": True}, **GREEDY))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == TOKENS
+
+
+def test_image_audio_and_video_parts_as_data_urls(api: openai.OpenAI) -> None:
+    content = [{"type": "image_url", "image_url": {"url": data_url("image/png", png())}},
+               {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav()).decode(), "format": "wav"}},
+               {"type": "video_url", "video_url": {"url": data_url("video/mp4", mp4())}},
+               {"type": "text", "text": "What do you see and hear?"}]
+    media = api.chat.completions.create(model="any", messages=[{"role": "user", "content": content}], **GREEDY)
+    text = api.chat.completions.create(model="any", messages=user(content[-1]["text"]), **GREEDY)
+    assert media.usage.completion_tokens == TOKENS
+    assert media.usage.prompt_tokens > text.usage.prompt_tokens + 10  # the media's placeholders
+
+
+def test_chat_with_audio_out_returns_a_wav_and_its_transcript(api: openai.OpenAI) -> None:
+    out = api.chat.completions.create(model="any", messages=user("Say hi"), modalities=["text", "audio"],
+                                      audio={"voice": "chelsie", "format": "wav"}, max_tokens=SPEECH_TOKENS, seed=1)
+    message = out.choices[0].message
+    assert message.content is None and message.audio.transcript
+    with wave.open(io.BytesIO(base64.b64decode(message.audio.data))) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (24_000, 1, 2) and w.getnframes() > 0
+
+
+def test_streamed_audio_comes_as_pcm16_deltas_with_the_transcript(api: openai.OpenAI) -> None:
+    chunks = list(api.chat.completions.create(model="any", messages=user("Say hi"), modalities=["text", "audio"],
+                                              audio={"voice": "ethan", "format": "pcm16"}, stream=True,
+                                              max_tokens=SPEECH_TOKENS, seed=1))
+    audio = [c.choices[0].delta.audio for c in chunks if c.choices and getattr(c.choices[0].delta, "audio", None)]
+    pcm = b"".join(base64.b64decode(a.data) for a in audio if a.data)
+    assert len(pcm) > 0 and len(pcm) % 2 == 0
+    assert "".join(a.transcript or "" for a in audio)
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_speech_in_wav_and_mp3(api: openai.OpenAI) -> None:
+    extra = {"max_tokens": SPEECH_TOKENS}
+    wav_out = api.audio.speech.create(model="any", input="Hello there", voice="aiden", response_format="wav",
+                                      extra_body=extra).content
+    with wave.open(io.BytesIO(wav_out)) as w:
+        assert w.getframerate() == 24_000 and w.getnframes() > 0
+    mp3 = api.audio.speech.create(model="any", input="Hello there", voice="aiden", response_format="mp3",
+                                  extra_body=extra).content
+    with av.open(io.BytesIO(mp3)) as container:
+        assert container.streams.audio[0].codec_context.name.startswith("mp3")
+
+
+def test_transcription_whole_and_streamed(api: openai.OpenAI) -> None:
+    whole = api.audio.transcriptions.create(model="any", file=("clip.wav", wav(), "audio/wav"), temperature=0.0,
+                                            extra_body={"max_tokens": TOKENS})
+    assert isinstance(whole.text, str) and whole.text
+    events = list(api.audio.transcriptions.create(model="any", file=("clip.wav", wav(), "audio/wav"), stream=True,
+                                                  temperature=0.0, extra_body={"max_tokens": TOKENS}))
+    assert events[-1].type == "transcript.text.done" and events[-1].text == whole.text
+    assert "".join(e.delta for e in events[:-1]) == whole.text
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"top_p": 7.0}, "top_p"),
+    ({"messages": [{"role": "robot", "content": "Hi"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/cat.png"}}]}]},
+     "messages[0].content[0].image_url.url"),
+    ({"n": 2}, "n"),
+    ({"modalities": ["text", "audio"], "audio": {"voice": "hal9000", "format": "pcm16"}}, "audio.voice"),
+])
+def test_bad_requests_are_400_in_the_openai_shape(api: openai.OpenAI, fields: dict, param: str) -> None:
+    kwargs = {"model": "any", "messages": user(), "max_tokens": TOKENS} | fields
+    for stream in (False, True):  # a stream the gateway refuses is refused before any event
+        with pytest.raises(openai.BadRequestError) as caught:
+            api.chat.completions.create(stream=stream, **kwargs)
+        assert caught.value.status_code == 400
+        assert caught.value.body["type"] == "invalid_request_error" and caught.value.body["param"] == param
+
+
+def test_api_keys_pass_through_to_the_gateway(api: openai.OpenAI) -> None:
+    wrong = api.with_options(api_key="sk-wrong")
+    with pytest.raises(openai.AuthenticationError) as caught:
+        wrong.chat.completions.create(model="any", messages=user(), max_tokens=TOKENS)
+    assert caught.value.status_code == 401 and "not recognised" in caught.value.body["message"]
+    with pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+
+
+def test_omnimesh_http_serves_alone_in_front_of_a_gateway(http_mesh: Proc) -> None:
+    from runtime.server import READY_PREFIX
+
+    gateway = f"127.0.0.1:{http_mesh.ports['gateway']['grpc_port']}"
+    front = start([OMNIMESH, "http", "--gateway-addr", gateway, "--port", "0", "--served-model-name", "omni"],
+                  READY_PREFIX, timeout=60)
+    try:
+        api = openai.OpenAI(api_key=KEY, base_url=f"http://127.0.0.1:{front.ports['http_port']}/v1", max_retries=0)
+        assert [m.id for m in api.models.list().data] == ["omni"]
+        out = api.chat.completions.create(model="omni", messages=user(), **GREEDY)
+        assert out.model == "omni" and out.usage.completion_tokens == TOKENS
+        with pytest.raises(openai.NotFoundError) as caught:
+            api.models.retrieve("gpt-4o")
+        assert json.dumps(caught.value.body).count("model_not_found") == 1
+    finally:
+        assert front.stop() == 0
