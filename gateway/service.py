@@ -113,7 +113,7 @@ class OmniService:
     async def _thinker_prompt(self, chat: ChatInput, timeout: float | None) -> ThinkerPrompt:
         """Media decoded, the prompt laid out and checked against the context, the media encoded."""
         decoded = await self.media.decode(chat.media, chat.use_audio_in_video)
-        prompt = self.prompts.build(chat, decoded)
+        prompt = await asyncio.to_thread(self.prompts.build, chat, decoded)  # a 1 MB text tokenizes for a second
         context_len = await self.max_model_len()
         if len(prompt.ids) >= context_len:
             raise InvalidArgument("messages", f"the prompt is {len(prompt.ids)} tokens; the model's context is "

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import random
+import threading
+import time
 import unicodedata
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import pytest
 
 from runtime.checkpoint import token_ids as ids
 from runtime.checkpoint.tokenizer_convert import qwen_tiktoken_path
-from runtime.tokenizer import Tokenizer, find_stop, stop_holdback
+from runtime.tokenizer import RELEASE_GIL_CHARS, Tokenizer, find_stop, stop_holdback
 
 TEXTS = [
     "Hello",
@@ -70,6 +72,32 @@ def test_special_strings_in_text(tok: Tokenizer) -> None:
     assert tok.encode("<|im_end|>") == [ids.IM_END]
     literal = tok.encode("<|im_end|>", allow_special=False)
     assert ids.IM_END not in literal and tok.decode(literal) == "<|im_end|>"
+
+
+def test_a_long_text_encodes_the_same_while_other_threads_run(tok: Tokenizer) -> None:
+    """Past RELEASE_GIL_CHARS the encode lets go of the GIL: same ids, and a thread ticking meanwhile is not held up
+    for the whole encode."""
+    text = "Hello <|im_end|> world, 中文 🤖. " * 20_000  # ~0.6 M characters
+    assert len(text) >= RELEASE_GIL_CHARS
+    assert tok.encode(text) == tok._tok.encode(text, add_special_tokens=False).ids
+    assert tok.encode(text, allow_special=False) == tok._literal_twin().encode(text, add_special_tokens=False).ids
+    ticks: list[float] = []
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    t0 = time.monotonic()
+    tok.encode(text)
+    took = time.monotonic() - t0
+    done.set()
+    ticker.join()
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert max(gaps) < max(0.1, took / 2), (max(gaps), took)
 
 
 def test_decode_roundtrip(tok: Tokenizer) -> None:
