@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from runtime.config import load_mesh_config, write_mesh_config
+from runtime.config import MeshConfig, load_mesh_config, write_mesh_config
 from runtime.logs import configure_logging
 from runtime.model_path import resolve_model
 from gateway.cli.supervisor import StartFailed, Supervisor, dial_host, target
@@ -56,8 +56,13 @@ def _up(args: argparse.Namespace) -> int:
                         host=args.host or gw_server.host)
     mesh = replace(mesh, gateway=replace(mesh.gateway, server=gw_server))
     model_dir = resolve_model(mesh.model)  # builds the demo checkpoint once, before any child needs it
+    with tempfile.TemporaryDirectory(prefix="omnimesh-up-") as workdir:  # the resolved config, API keys included
+        return _run_mesh(mesh, model_dir, Path(workdir), args)
+
+
+def _run_mesh(mesh: MeshConfig, model_dir: Path, workdir: Path, args: argparse.Namespace) -> int:
+    gw_server = mesh.gateway.server
     sup = Supervisor("127.0.0.1")
-    workdir = Path(tempfile.mkdtemp(prefix="omnimesh-up-"))
     config_path = workdir / "mesh.yaml"
     write_mesh_config(mesh, config_path)
     common = ["--config", str(config_path), "--model", str(model_dir), "--log-level", args.log_level]
