@@ -12,7 +12,7 @@ from runtime.errors import Unimplemented
 from gateway.chat_input import MediaBytes
 from gateway.clients.encoders import AudioClient, VisionClient, VisionItemInput
 from gateway.media.audio import DecodedAudio, decode_audio, extract_video_audio
-from gateway.media.vision import VisionMediaConfig, decode_image, decode_video
+from gateway.media.vision import VisionMediaConfig, decode_image, decode_video, image_tokens
 
 _PB_KIND = {"image": thinker_pb2.MEDIA_KIND_IMAGE, "video": thinker_pb2.MEDIA_KIND_VIDEO,
             "audio": thinker_pb2.MEDIA_KIND_AUDIO, "audio_in_video": thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO}
@@ -72,6 +72,13 @@ class MediaPipeline:
                                 "deployment does not serve")
         return list(await asyncio.gather(*(asyncio.to_thread(self._decode_one, m, use_audio_in_video)
                                            for m in media)))
+
+    def header_tokens(self, media: list[MediaBytes]) -> int:
+        """Thinker tokens the request's images take by their headers alone (other media count 0: a lower bound), so a
+        prompt that cannot fit is refused before any pixel is decoded. Blocks: run it on a worker thread."""
+        if self._vision_cfg is None:
+            return 0
+        return sum(image_tokens(m.data, m.field, self._vision_cfg) for m in media if m.kind == "image")
 
     def _decode_one(self, m: MediaBytes, use_audio_in_video: bool) -> DecodedMedia:
         if m.kind == "audio":

@@ -112,6 +112,8 @@ class OmniService:
 
     async def _thinker_prompt(self, chat: ChatInput, timeout: float | None) -> ThinkerPrompt:
         """Media decoded, the prompt laid out and checked against the context, the media encoded."""
+        if chat.media:
+            await self._check_media_fits(chat)
         decoded = await self.media.decode(chat.media, chat.use_audio_in_video)
         prompt = await asyncio.to_thread(self.prompts.build, chat, decoded)  # a 1 MB text tokenizes for a second
         context_len = await self.max_model_len()
@@ -121,6 +123,13 @@ class OmniService:
         encoded = await self.media.encode(chat.request_id, decoded, timeout) if decoded else []
         spans, tensors = thinker_media(prompt.spans, decoded, encoded)
         return ThinkerPrompt(chat.request_id, prompt.ids, spans, tensors, chat.use_audio_in_video)
+
+    async def _check_media_fits(self, chat: ChatInput) -> None:
+        """Twelve 8000x8000 PNGs decoded for 12 s before the prompt check refused them: their headers say as much."""
+        media_len = await asyncio.to_thread(self.media.header_tokens, chat.media)
+        if media_len and media_len >= (context_len := await self.max_model_len()):
+            raise InvalidArgument("messages", f"the images alone take {media_len} tokens by their headers; the model's "
+                                  f"context is {context_len} tokens; send fewer or smaller images")
 
 
 class TextClock:

@@ -24,6 +24,9 @@ IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
 # PyAV names demuxers by comma-joined aliases ("mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm").
 VIDEO_FORMATS = ("mp4", "mov", "webm", "matroska")
 MAX_ASPECT_RATIO = 200  # the reference smart_resize refuses anything longer
+# More frames a second than this, counted against the header's duration, is a lying header (a 20 s clip holding
+# 600,000 frames decoded for 15 s); slow-motion phone video records at 240.
+MAX_SOURCE_FPS = 480
 
 
 class ProcessingSettings(Protocol):
@@ -182,6 +185,13 @@ def open_image(data: bytes, field: str, cfg: VisionMediaConfig) -> Image.Image:
     return im
 
 
+def image_tokens(data: bytes, field: str, cfg: VisionMediaConfig) -> int:
+    """The thinker tokens the image will take, from its header alone (no pixel decoded)."""
+    im = open_image(data, field, cfg)
+    size = target_size(field, im.height, im.width, cfg, video=False)  # EXIF may swap the sides, not their product
+    return size.height * size.width // cfg.factor**2
+
+
 def decode_image(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedImage:
     """JPEG / PNG / WebP / GIF (first frame) bytes -> EXIF-upright RGB resized with `smart_resize`."""
     im = open_image(data, field, cfg)
@@ -236,6 +246,12 @@ def duration_seconds(stream: av.VideoStream) -> float | None:
     return None
 
 
+def check_frame_rate(total: int, seconds: float | None, field: str) -> None:
+    if seconds is not None and total > max(seconds, 1.0) * MAX_SOURCE_FPS:
+        raise InvalidArgument(field, f"holds {total} frames but its header says {seconds:.3g} s "
+                              f"({total / max(seconds, 1e-9):.0f} frames a second); at most {MAX_SOURCE_FPS}")
+
+
 def frame_cap_message(cfg: VisionMediaConfig) -> str:
     seconds = cfg.video_max_frames / cfg.video_fps
     return f"needs more than {cfg.video_max_frames} frames at {cfg.video_fps} fps; send at most {seconds:g} s"
@@ -251,6 +267,7 @@ def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVide
         check_video_stream(stream, field, cfg)
         size = target_size(field, stream.codec_context.height, stream.codec_context.width, cfg, video=True)
         total = count_frames(data)
+        check_frame_rate(total, duration_seconds(stream), field)
         rate = stream.average_rate or stream.guessed_rate
         source_fps = float(rate) if rate else total / max(duration_seconds(stream) or 1.0, 1e-6)
         if math.ceil(total / source_fps * cfg.video_fps - 1e-6) > cfg.video_max_frames:
@@ -262,6 +279,8 @@ def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVide
         selected: list[np.ndarray] = []
         try:
             for index, frame in enumerate(container.decode(stream)):
+                if index >= total:  # frames past those counted (a header that undercounts them) are never decoded
+                    break
                 if index in keep:
                     im = frame.to_image().resize((size.width, size.height), Image.Resampling.BICUBIC)
                     selected.append(np.asarray(im, dtype=np.uint8))

@@ -1,0 +1,69 @@
+"""Hostile media against a real mesh with a vision stage, on loopback: limits read from headers refuse before any
+pixel is decoded."""
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from omnimesh.v1 import omni_pb2
+from tests.integration.client import chat_error
+from tests.integration.mesh_process import OMNIMESH, Proc, start
+from tests.integration.status_checks import assert_invalid_argument
+
+
+@pytest.fixture(scope="module")
+def vision_mesh(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
+    from gateway.cli.up import MESH_PREFIX
+
+    cfg = tmp_path_factory.mktemp("vision_mesh") / "mesh.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "audio": {"enabled": False}, "talker": {"enabled": False},
+        "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "max_model_len": 1024}}}))
+    proc = start([OMNIMESH, "up", "--model", str(demo_ckpt), "--port", "0", "--config", str(cfg)], MESH_PREFIX,
+                 timeout=240)
+    yield proc
+    assert proc.stop() == 0
+
+
+def addr(mesh: Proc) -> str:
+    return f"127.0.0.1:{mesh.ports['gateway']['grpc_port']}"
+
+
+def request(*media: omni_pb2.ContentPart) -> omni_pb2.ChatRequest:
+    return omni_pb2.ChatRequest(messages=[omni_pb2.Message(role="user", content=[
+        *media, omni_pb2.ContentPart(text="what is it?")])])
+
+
+def test_images_that_cannot_fit_are_refused_from_their_headers(vision_mesh: Proc) -> None:
+    """Twelve 4000x4000 PNGs (each ~1,000 tokens once resized) against a 1,024-token context: refused from their
+    headers at once, where decoding them first took seconds."""
+    buf = io.BytesIO()
+    Image.new("RGB", (4000, 4000), (90, 160, 30)).save(buf, format="PNG")
+    part = omni_pb2.ContentPart(image=omni_pb2.Media(data=buf.getvalue()))
+    t0 = time.monotonic()
+    err = asyncio.run(chat_error(addr(vision_mesh), request(*[part] * 12), timeout=60))
+    took = time.monotonic() - t0
+    assert_invalid_argument(err, "messages", ["by their headers", "context is 1024 tokens"])
+    assert took < 2.0, f"refused after {took:.1f} s"
+
+
+def test_a_video_holding_more_frames_than_its_duration_allows(vision_mesh: Proc) -> None:
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as out:  # 1,500 frames in a header's 1.5 s
+        stream = out.add_stream("mpeg4", rate=1000)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for k in range(1500):
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(np.full((32, 32, 3), k % 256, np.uint8),
+                                                             format="rgb24")))
+        out.mux(stream.encode())
+    part = omni_pb2.ContentPart(video=omni_pb2.Media(data=buf.getvalue()))
+    err = asyncio.run(chat_error(addr(vision_mesh), request(part), timeout=60))
+    assert_invalid_argument(err, "messages[0].content[0].video", ["holds 1500 frames", "1000 frames a second"])

@@ -1,0 +1,82 @@
+"""Media limits read from headers before any pixel is decoded: images that cannot fit the context, and a video whose
+frames outnumber what its duration allows."""
+from __future__ import annotations
+
+import asyncio
+import io
+
+import av
+import numpy as np
+import pytest
+from PIL import Image
+
+from omnimesh.v1 import omni_pb2
+from runtime.config import SamplingDefaults
+from runtime.errors import InvalidArgument
+from runtime.metrics import Metrics
+from gateway.chat_input import MediaBytes, chat_input_from_pb
+from gateway.media.vision import MAX_SOURCE_FPS, VisionMediaConfig, decode_video, target_size
+from gateway.media_prep import MediaPipeline
+from gateway.service import OmniService
+
+FIELD = "messages[0].content[0].image"
+
+
+def png(height: int, width: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 10, 10)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+class NeverDecode(MediaPipeline):
+    def _decode_one(self, m: MediaBytes, use_audio_in_video: bool):
+        raise AssertionError(f"{m.field} was decoded")
+
+
+class ThinkerInfo:
+    async def info(self, timeout: float) -> omni_pb2.OmniInfo:
+        return type("Info", (), {"limits": {"max_model_len": 1024}})()
+
+
+def test_image_tokens_come_from_the_header() -> None:
+    cfg = VisionMediaConfig()
+    pipeline = MediaPipeline(cfg, object(), 0, None, 600.0)  # type: ignore[arg-type]
+    size = target_size(FIELD, 3000, 4000, cfg, video=False)
+    image = MediaBytes("image", png(3000, 4000), "", FIELD)
+    assert pipeline.header_tokens([image, image]) == 2 * size.height * size.width // cfg.factor**2
+    assert MediaPipeline(None, None, 0, None, 600.0).header_tokens([image]) == 0  # no vision: UNIMPLEMENTED later
+
+
+def test_images_that_cannot_fit_the_context_are_refused_before_decoding() -> None:
+    pipeline = NeverDecode(VisionMediaConfig(), object(), 0, None, 600.0)  # type: ignore[arg-type]
+    service = OmniService(None, ThinkerInfo(), pipeline, None, Metrics("gateway", "t"), 1.0)  # type: ignore[arg-type]
+    part = omni_pb2.ContentPart(image=omni_pb2.Media(data=png(3000, 4000)))
+    chat = chat_input_from_pb(omni_pb2.ChatRequest(messages=[omni_pb2.Message(role="user", content=[part, part])]),
+                              SamplingDefaults())
+
+    async def first_event() -> object:
+        return await anext(service.chat(chat, None))
+
+    with pytest.raises(InvalidArgument, match="the images alone take 1944 tokens by their headers; the model's "
+                                              "context is 1024 tokens"):
+        asyncio.run(first_event())
+
+
+def fast_clip(num_frames: int, rate: int) -> bytes:
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for k in range(num_frames):
+            frame = av.VideoFrame.from_ndarray(np.full((32, 32, 3), k % 256, np.uint8), format="rgb24")
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    return buf.getvalue()
+
+
+def test_a_video_with_more_frames_than_its_duration_allows_is_refused() -> None:
+    cfg = VisionMediaConfig(video_min_pixels=32 * 32, video_max_pixels=64 * 64)
+    with pytest.raises(InvalidArgument, match=rf"holds 1500 frames but its header says 1.5 s \(1000 frames a second\); "
+                                              rf"at most {MAX_SOURCE_FPS}"):
+        decode_video(fast_clip(1500, 1000), "messages[0].content[0].video", cfg)
+    assert decode_video(fast_clip(300, 240), "messages[0].content[0].video", cfg).frames.shape[0] == 4  # slow motion
