@@ -5,7 +5,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import PurePath
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -13,11 +12,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from omnimesh import AsyncClient, OmnimeshError, Reply
-from http_front import audio
+from http_front import audio, realtime
 from http_front.chat_input import chat_call
 from http_front.chat_output import Completion, completion_json, sse_stream
 from http_front.errors import RequestError, error_body, grpc_error_response, request_error_response
-from http_front.gateway import api_key, client
+from http_front.gateway import api_key, client, served_model_name
 from http_front.schemas import ChatCompletionRequest
 
 
@@ -34,6 +33,7 @@ def create_app(gateway_addr: str, served_model_name: str = "", timeout_s: float 
     app.state.model_name = served_model_name
     app.state.started = int(time.time())
     app.include_router(audio.router)
+    app.include_router(realtime.router)
     _add_error_handlers(app)
 
     @app.get("/health")
@@ -74,11 +74,8 @@ def create_app(gateway_addr: str, served_model_name: str = "", timeout_s: float 
 
 async def _model_card(request: Request) -> dict:
     """Asks the gateway each time, so its API key check applies here too."""
-    state = request.app.state
-    info = await client(request).info(api_key=api_key(request))
-    if not state.model_name:
-        state.model_name = PurePath(info.model).name or info.model
-    return {"id": state.model_name, "object": "model", "created": state.started, "owned_by": "omnimesh"}
+    name = served_model_name(request.app.state, await client(request).info(api_key=api_key(request)))
+    return {"id": name, "object": "model", "created": request.app.state.started, "owned_by": "omnimesh"}
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -178,3 +178,72 @@ def test_omnimesh_http_serves_alone_in_front_of_a_gateway(http_mesh: Proc) -> No
         assert json.dumps(caught.value.body).count("model_not_found") == 1
     finally:
         assert front.stop() == 0
+
+
+def pcm16_24k(seconds: float = 1.0) -> bytes:
+    import numpy as np
+
+    t = np.arange(int(seconds * 24_000)) / 24_000
+    return (0.3 * np.sin(2 * np.pi * 440 * t) * 32767).astype("<i2").tobytes()
+
+
+def until_done(conn: object) -> list:
+    events = []
+    for event in conn:
+        events.append(event)
+        if event.type == "response.done":
+            return events
+    raise AssertionError(f"the connection ended before response.done; got {[e.type for e in events]}")
+
+
+def test_realtime_turns_of_audio_in_and_speech_out(api: openai.OpenAI) -> None:
+    with api.realtime.connect(model="any") as conn:
+        assert conn.recv().type == "session.created"
+        conn.session.update(session={"type": "realtime", "output_modalities": ["audio"], "max_output_tokens": 6,
+                                     "audio": {"output": {"voice": "chelsie"}}})
+        assert conn.recv().type == "session.updated"
+        conn.input_audio_buffer.append(audio=base64.b64encode(pcm16_24k()).decode())
+        conn.input_audio_buffer.commit()
+        conn.response.create()
+        events = until_done(conn)
+        types = [e.type for e in events]
+        assert types[0] == "input_audio_buffer.committed" and "response.created" in types
+        pcm = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
+        transcript = "".join(e.delta for e in events if e.type == "response.output_audio_transcript.delta")
+        assert len(pcm) > 0 and transcript
+        first = events[-1].response
+        assert first.status in ("completed", "incomplete") and first.usage.output_tokens <= 6
+
+        # A second, text-only turn: it reads the whole conversation, so its prompt is longer.
+        conn.conversation.item.create(item={"type": "message", "role": "user",
+                                            "content": [{"type": "input_text", "text": "And then?"}]})
+        conn.response.create(response={"output_modalities": ["text"]})
+        events = until_done(conn)
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert text and [e.text for e in events if e.type == "response.output_text.done"] == [text]
+        assert events[-1].response.usage.input_tokens > first.usage.input_tokens
+
+
+def test_realtime_errors_are_events_and_the_session_goes_on(api: openai.OpenAI) -> None:
+    with api.realtime.connect(model="any") as conn:
+        assert conn.recv().type == "session.created"
+        conn.input_audio_buffer.commit()
+        error = conn.recv()
+        assert error.type == "error" and error.error.code == "input_audio_buffer_commit_empty"
+        conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "temperature": -1.0})
+        assert conn.recv().type == "session.updated"
+        conn.conversation.item.create(item={"type": "message", "role": "user",
+                                            "content": [{"type": "input_text", "text": "Hi"}]})
+        conn.response.create()
+        events = until_done(conn)
+        (error,) = [e for e in events if e.type == "error"]
+        assert error.error.type == "invalid_request_error" and error.error.param == "temperature"
+        assert events[-1].response.status == "failed"
+
+
+def test_realtime_refuses_a_key_the_gateway_does_not_know(api: openai.OpenAI) -> None:
+    import websockets
+
+    with pytest.raises(websockets.exceptions.InvalidStatus):
+        with api.with_options(api_key="sk-wrong").realtime.connect(model="any") as conn:
+            conn.recv()
