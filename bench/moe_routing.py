@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import torch
@@ -129,7 +130,8 @@ def whiten_inputs(weight: torch.Tensor, x: torch.Tensor, shrinkage: float = 0.1)
     weight.copy_((new * spread).to(weight.dtype))
 
 
-CALIBRATIONS: dict[str, Calibration] = {"mean": remove_mean_direction, "whiten": whiten_inputs}
+CALIBRATIONS: dict[str, Calibration] = {"mean": remove_mean_direction, "whiten": whiten_inputs,
+                                         "whiten-light": partial(whiten_inputs, shrinkage=0.01)}
 
 
 def step_experts_touched(steps: Iterable[Sequence[tuple[int, int]]], experts: dict[int, torch.Tensor],
@@ -147,10 +149,11 @@ def step_experts_touched(steps: Iterable[Sequence[tuple[int, int]]], experts: di
         chosen = exact or larger
         if not chosen:
             continue
-        counts = [distinct_per_layer(torch.stack([experts[seq][:, pos] for seq, pos in rows], dim=1),
-                                     num_experts).float().mean().item() for rows in chosen]
-        out[str(r)] = {"measured": sum(counts) / len(counts), "uniform": uniform_experts(num_experts, top_k, r),
-                       "steps": len(chosen), "from_rows": "exact" if exact else "first rows of larger steps"}
+        by_layer = torch.stack([distinct_per_layer(torch.stack([experts[seq][:, pos] for seq, pos in rows], dim=1),
+                                                   num_experts).float() for rows in chosen]).mean(dim=0)  # [L]
+        out[str(r)] = {"measured": by_layer.mean().item(), "uniform": uniform_experts(num_experts, top_k, r),
+                       "steps": len(chosen), "from_rows": "exact" if exact else "first rows of larger steps",
+                       "by_layer": [round(v, 2) for v in by_layer.tolist()]}
     return out
 
 

@@ -325,9 +325,13 @@ def calibrate_routers(model: ThinkerLM, maker: PromptMaker, indices: range, how:
     """Balanced routing on random weights (bench/moe_routing.py): every router calibrated, layer after layer, on
     the router inputs of prompts `indices` of the workload (others than any measured prompt); `head` calibrates
     the LM head the same way, so the tokens rows generate stay as spread over the vocabulary as their prompts."""
-    prompts = {i: maker.make(i).token_ids for i in indices}
-    replay_experts(model, prompts, max_batch_tokens=sum(map(len, prompts.values())), calibrate=CALIBRATIONS[how],
-                   calibrate_head=head)
+    calibrate_on(model, {i: maker.make(i).token_ids for i in indices}, how, head)
+
+
+def calibrate_on(model: ThinkerLM, sequences: dict[int, list[int]], how: str, head: bool) -> None:
+    """Calibrate on the router inputs of `sequences` (one pack: see replay_experts)."""
+    replay_experts(model, sequences, max_batch_tokens=sum(map(len, sequences.values())),
+                   calibrate=CALIBRATIONS[how], calibrate_head=head)
 
 
 def free_cuda() -> None:

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 from bench.moe_routing import moe_layers, routing_record, step_experts_touched  # noqa: E402
 from bench.thinker import engine_loop  # noqa: E402
-from bench.thinker.bench_thinker import calibrate_routers, provenance_of  # noqa: E402
+from bench.thinker.bench_thinker import calibrate_on, calibrate_routers, provenance_of  # noqa: E402
 from bench.thinker.random_model import random_model, real_config  # noqa: E402
 from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
 from bench.thinker.routing_replay import replay_experts  # noqa: E402
@@ -45,6 +45,9 @@ VARIANTS = {
     "whiten-greedy": ("balanced", "greedy", ("whiten", False)),
     "whiten-head-greedy": ("balanced", "greedy", ("whiten", True)),
     "whiten-head-sampled": ("balanced", "model", ("whiten", True)),
+    "whiten2-head-greedy": ("balanced", "greedy", ("whiten", True, "decoded")),
+    "whiten2light-head-greedy": ("balanced", "greedy", ("whiten-light", True, "decoded")),
+    "whiten2-head-sampled": ("balanced", "model", ("whiten", True, "decoded")),
 }
 
 
@@ -68,6 +71,13 @@ def mean_distinct_tokens(trace: engine_loop.DecodeTrace, rows: int) -> float | N
     """Distinct tokens the decode steps of `rows` rows fed in, on average (rows alike in token share experts)."""
     counts = [len({trace.tokens[s][pos] for s, pos in step}) for step in trace.steps if len(step) == rows]
     return sum(counts) / len(counts) if counts else None
+
+
+def decoded_sequences(engine: Any, make: Any, first_index: int, count: int = 64) -> dict[int, list[int]]:
+    """Prompt and generated tokens of `count` sequences decoded 32 at a time (the calibration's second pass)."""
+    trace = engine_loop.DecodeTrace()
+    engine_loop.run_level(engine, make, 32, 0, count, first_index, trace)
+    return trace.tokens
 
 
 def calibrated_weights(model: ThinkerLM) -> dict[str, torch.Tensor]:
@@ -113,8 +123,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                    "calibration": calibration, "levels": []}
         if calibration is not None:
             t0 = time.perf_counter()
-            calibrate_routers(model, makers["balanced"], range(10**6, 10**6 + args.calibration_prompts),
-                              *calibration)
+            how, head, *on = calibration
+            calibrate_routers(model, makers["balanced"], range(10**6, 10**6 + args.calibration_prompts), how, head)
+            if on:  # again, from the drawn weights, on what decoding with the first calibration fed the model
+                decoded = decoded_sequences(engine, sequence_factory(makers["balanced"], cfg, "greedy",
+                                                                     args.output_tokens), 2 * 10**6)
+                for key, w in calibrated_weights(model).items():
+                    w.copy_(drawn[key])
+                calibrate_on(model, decoded, how, head)
             variant["calibration_s"] = time.perf_counter() - t0
         make = sequence_factory(makers[vocab], cfg, sampling, args.output_tokens)
         trace = engine_loop.DecodeTrace()
