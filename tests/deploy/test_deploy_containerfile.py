@@ -52,7 +52,7 @@ def test_copies_only_what_exists() -> None:
 def test_one_image_for_every_entrypoint() -> None:
     """`python -m <module>` works for each stage: the packages it installs hold every module the chart runs."""
     copied = {arg.split()[0] for op, arg in instructions() if op == "COPY" and not arg.startswith("--from")}
-    for module in ("gateway", "services"):
+    for module in ("gateway", "services", "http_front"):
         assert module in copied, module
     entry = [arg for op, arg in final_stage() if op == "ENTRYPOINT"]
     assert entry and yaml.safe_load(entry[-1]) == ["python", "-m"]
