@@ -59,5 +59,5 @@ def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer)
         audio = AudioClient(open_channel(mesh.audio.address, gw.server.max_message_bytes), server.metrics)
     num_deepstack = len(json.loads((model_dir / "config.json").read_text())["thinker_config"]["vision_config"]
                         .get("deepstack_visual_indexes", []))
-    return MediaPipeline(vision_cfg, vision, num_deepstack, audio, gw.max_audio_seconds)
+    return MediaPipeline(vision_cfg, vision, num_deepstack, audio, gw.max_audio_seconds, gw.max_media_bytes)
 

@@ -9,9 +9,11 @@ import torch
 from omnimesh.v1 import thinker_pb2
 from runtime.chat_template import MediaSpan
 from runtime.errors import Unimplemented
+from runtime.work_budget import WorkBudget
 from gateway.chat_input import MediaBytes
 from gateway.clients.encoders import AudioClient, VisionClient, VisionItemInput
 from gateway.media.audio import DecodedAudio, decode_audio, extract_video_audio
+from gateway.media.footprint import audio_bytes, image_bytes, video_bytes
 from gateway.media.vision import VisionMediaConfig, decode_image, decode_video, image_tokens
 
 _PB_KIND = {"image": thinker_pb2.MEDIA_KIND_IMAGE, "video": thinker_pb2.MEDIA_KIND_VIDEO,
@@ -45,12 +47,14 @@ class MediaPipeline:
     """Decodes and encodes one request's media. A stage that is not deployed makes its media UNIMPLEMENTED."""
 
     def __init__(self, vision_cfg: VisionMediaConfig | None, vision: VisionClient | None, num_deepstack: int,
-                 audio: AudioClient | None, max_audio_seconds: float) -> None:
+                 audio: AudioClient | None, max_audio_seconds: float, max_media_bytes: int = 2 << 30) -> None:
         self._vision_cfg = vision_cfg
         self._vision = vision
         self._num_deepstack = num_deepstack
         self._audio = audio
         self._max_audio_seconds = max_audio_seconds
+        # decoded media held by this replica's requests, from admission until the encoders took it
+        self.budget = WorkBudget("gateway", "bytes of media", max_media_bytes, "gateway.max_media_bytes")
 
     @property
     def served_inputs(self) -> frozenset[str]:
@@ -63,6 +67,11 @@ class MediaPipeline:
         return [c for c in (self._vision, self._audio) if c is not None]
 
     async def decode(self, media: list[MediaBytes], use_audio_in_video: bool = False) -> list[DecodedMedia]:
+        self.check_served(media, use_audio_in_video)
+        return list(await asyncio.gather(*(asyncio.to_thread(self._decode_one, m, use_audio_in_video)
+                                           for m in media)))
+
+    def check_served(self, media: list[MediaBytes], use_audio_in_video: bool) -> None:
         for m in media:
             if m.kind not in self.served_inputs:
                 raise Unimplemented(f"{m.field}: {m.kind} input is not served by this deployment (it serves "
@@ -70,8 +79,19 @@ class MediaPipeline:
         if use_audio_in_video and any(m.kind == "video" for m in media) and self._audio is None:
             raise Unimplemented("use_audio_in_video: hearing a video's sound track needs the audio stage, which this "
                                 "deployment does not serve")
-        return list(await asyncio.gather(*(asyncio.to_thread(self._decode_one, m, use_audio_in_video)
-                                           for m in media)))
+
+    def footprint(self, media: list[MediaBytes], use_audio_in_video: bool) -> int:
+        """Bytes the served media will hold decoded, from their headers. Blocks: run it on a worker thread."""
+        total = 0
+        for m in media:
+            if m.kind == "audio" and self._audio is not None:
+                total += audio_bytes(m.data, self._max_audio_seconds)
+            elif m.kind in ("image", "video") and self._vision_cfg is not None:
+                kind_bytes = image_bytes if m.kind == "image" else video_bytes
+                total += kind_bytes(m.data, m.field, self._vision_cfg)
+                if m.kind == "video" and use_audio_in_video and self._audio is not None:
+                    total += audio_bytes(m.data, self._max_audio_seconds)
+        return total
 
     def header_tokens(self, media: list[MediaBytes]) -> int:
         """Thinker tokens the request's images take by their headers alone (other media count 0: a lower bound), so a

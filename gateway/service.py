@@ -111,17 +111,22 @@ class OmniService:
                 yield out  # AudioEvent or ErrorEvent
 
     async def _thinker_prompt(self, chat: ChatInput, timeout: float | None) -> ThinkerPrompt:
-        """Media decoded, the prompt laid out and checked against the context, the media encoded."""
+        """Media admitted by their headers and decoded, the prompt laid out and checked against the context, the media
+        encoded; the decoded media count against the gateway's media budget until the encoders took them."""
+        footprint = 0
         if chat.media:
+            self.media.check_served(chat.media, chat.use_audio_in_video)
             await self._check_media_fits(chat)
-        decoded = await self.media.decode(chat.media, chat.use_audio_in_video)
-        prompt = await asyncio.to_thread(self.prompts.build, chat, decoded)  # a 1 MB text tokenizes for a second
-        context_len = await self.max_model_len()
-        if len(prompt.ids) >= context_len:
-            raise InvalidArgument("messages", f"the prompt is {len(prompt.ids)} tokens; the model's context is "
-                                  f"{context_len} tokens and must leave room for at least one new token")
-        encoded = await self.media.encode(chat.request_id, decoded, timeout) if decoded else []
-        spans, tensors = thinker_media(prompt.spans, decoded, encoded)
+            footprint = await asyncio.to_thread(self.media.footprint, chat.media, chat.use_audio_in_video)
+        with self.media.budget.hold(footprint):
+            decoded = await self.media.decode(chat.media, chat.use_audio_in_video)
+            prompt = await asyncio.to_thread(self.prompts.build, chat, decoded)  # a 1 MB text tokenizes for a second
+            context_len = await self.max_model_len()
+            if len(prompt.ids) >= context_len:
+                raise InvalidArgument("messages", f"the prompt is {len(prompt.ids)} tokens; the model's context is "
+                                      f"{context_len} tokens and must leave room for at least one new token")
+            encoded = await self.media.encode(chat.request_id, decoded, timeout) if decoded else []
+            spans, tensors = thinker_media(prompt.spans, decoded, encoded)
         return ThinkerPrompt(chat.request_id, prompt.ids, spans, tensors, chat.use_audio_in_video)
 
     async def _check_media_fits(self, chat: ChatInput) -> None:

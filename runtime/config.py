@@ -241,6 +241,9 @@ class GatewayConfig:
     # Chat streams one replica serves at once; past it RESOURCE_EXHAUSTED with RetryInfo, before any media is decoded
     # (decoded media is held in memory until the stages took it). Scale gateways on omnimesh_requests_in_flight.
     max_in_flight: StrictInt = Field(1024, ge=1)
+    # Decoded media (frames, samples) this replica holds at once, estimated from each item's header before decoding;
+    # a request that would pass it waits its turn as RESOURCE_EXHAUSTED with RetryInfo (one alone is always admitted)
+    max_media_bytes: StrictInt = Field(2 << 30, ge=1 << 20)
     # Text spelling a special token (`<|im_start|>`) becomes that token; off, it is plain text, so a user cannot forge
     # turns or system prompts through the chat template. Turn on only when every client is trusted.
     allow_special_tokens: StrictBool = False

@@ -1,5 +1,5 @@
 """Hostile media against a real mesh with a vision stage, on loopback: limits read from headers refuse before any
-pixel is decoded."""
+pixel is decoded, and decoded media count against the gateway's budget."""
 from __future__ import annotations
 
 import asyncio
@@ -8,13 +8,17 @@ import time
 from pathlib import Path
 
 import av
+import grpc
 import numpy as np
 import pytest
 import yaml
 from PIL import Image
 
-from omnimesh.v1 import omni_pb2
-from tests.integration.client import chat_error
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
+from tests.integration.client import chat_error, collect
 from tests.integration.mesh_process import OMNIMESH, Proc, start
 from tests.integration.status_checks import assert_invalid_argument
 
@@ -24,7 +28,9 @@ def vision_mesh(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Pr
     from gateway.cli.up import MESH_PREFIX
 
     cfg = tmp_path_factory.mktemp("vision_mesh") / "mesh.yaml"
-    cfg.write_text(yaml.safe_dump({
+    cfg.write_text(yaml.safe_dump({  # a budget of 1 MiB, and a vision stage that waits 1.5 s to batch each image
+        "gateway": {"max_media_bytes": 1 << 20},
+        "vision": {"encoder": {"batch_wait_ms": 1500.0}},
         "audio": {"enabled": False}, "talker": {"enabled": False},
         "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "max_model_len": 1024}}}))
     proc = start([OMNIMESH, "up", "--model", str(demo_ckpt), "--port", "0", "--config", str(cfg)], MESH_PREFIX,
@@ -67,3 +73,30 @@ def test_a_video_holding_more_frames_than_its_duration_allows(vision_mesh: Proc)
     part = omni_pb2.ContentPart(video=omni_pb2.Media(data=buf.getvalue()))
     err = asyncio.run(chat_error(addr(vision_mesh), request(part), timeout=60))
     assert_invalid_argument(err, "messages[0].content[0].video", ["holds 1500 frames", "1000 frames a second"])
+
+
+def test_media_past_the_gateway_budget_wait_their_turn(vision_mesh: Proc) -> None:
+    """One 512x512 image holds ~2 MiB decoded (over the 1 MiB budget, admitted alone); a second request while the
+    first is encoding is RESOURCE_EXHAUSTED with RetryInfo naming the budget; once the first is answered, the next
+    is served."""
+    buf = io.BytesIO()
+    Image.new("RGB", (512, 512), (10, 200, 90)).save(buf, format="PNG")
+    part = omni_pb2.ContentPart(image=omni_pb2.Media(data=buf.getvalue()))
+    req = request(part)
+    req.sampling.CopyFrom(common_pb2.SamplingParams(max_tokens=2))
+
+    async def scenario():
+        async with grpc.aio.insecure_channel(addr(vision_mesh)) as channel:
+            stub = omni_pb2_grpc.OmniStub(channel)
+            first = asyncio.create_task(collect(stub, req, timeout=60))
+            await asyncio.sleep(0.5)  # decoded and waiting for its vision batch
+            refused = await chat_error(addr(vision_mesh), req, timeout=60)
+            tokens, _ = await first
+            again, _ = await collect(stub, req, timeout=60)
+            return refused, tokens, again
+
+    refused, tokens, again = asyncio.run(scenario())
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.details()
+    assert "over its limit gateway.max_media_bytes=1048576; retry shortly" in refused.details()
+    assert any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in rpc_status.from_call(refused).details)
+    assert len(tokens) == 2 and len(again) == 2
