@@ -12,16 +12,17 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from omnimesh import AsyncClient, OmnimeshError, Reply
+from runtime.logs import request_id_var
 from http_front import audio, realtime
 from http_front.chat_input import chat_call
 from http_front.chat_output import Completion, completion_json, sse_stream
 from http_front.errors import RequestError, error_body, grpc_error_response, request_error_response
-from http_front.gateway import api_key, client, served_model_name
+from http_front.gateway import api_key, client, model_name, served_model_name
 from http_front.schemas import ChatCompletionRequest
 
 
-def create_app(gateway_addr: str, served_model_name: str = "", timeout_s: float | None = None) -> FastAPI:
-    """`served_model_name`: the id /v1/models lists and answers carry (default: the checkpoint's directory name)."""
+def create_app(gateway_addr: str, model_id: str = "", timeout_s: float | None = None) -> FastAPI:
+    """`model_id`: the id /v1/models lists and answers carry (default: the checkpoint's directory name)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -30,7 +31,7 @@ def create_app(gateway_addr: str, served_model_name: str = "", timeout_s: float 
         await app.state.client.close()
 
     app = FastAPI(title="omnimesh", lifespan=lifespan)
-    app.state.model_name = served_model_name
+    app.state.model_name = model_id
     app.state.started = int(time.time())
     app.include_router(audio.router)
     app.include_router(realtime.router)
@@ -54,20 +55,21 @@ def create_app(gateway_addr: str, served_model_name: str = "", timeout_s: float 
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        request_id = uuid.uuid4().hex
+        request_id = uuid.uuid4().hex  # also the gateway's request id: one id in every process's log lines
+        request_id_var.set(request_id)
         call = chat_call(body, request_id)
-        c = Completion(f"chatcmpl-{request_id}", int(time.time()), request.app.state.model_name or body.model,
+        c = Completion(f"chatcmpl-{request_id}", int(time.time()), await model_name(request, body.model),
                        call.kwargs["speak"], body.audio.format if body.audio else "", body.logprobs,
                        bool(body.stream_options and body.stream_options.include_usage))
         events = client(request).chat_stream(call.messages, api_key=api_key(request), **call.kwargs)
+        headers = {"x-request-id": request_id}
         if not body.stream:
             reply = Reply()
             async for event in events:
                 reply.add(event)
-            return JSONResponse(completion_json(c, reply))
+            return JSONResponse(completion_json(c, reply), headers=headers)
         first = await anext(events, None)  # a request the gateway refuses is an HTTP error, not a failing stream
-        return StreamingResponse(sse_stream(c, first, events), media_type="text/event-stream",
-                                 headers={"x-request-id": request_id})
+        return StreamingResponse(sse_stream(c, first, events), media_type="text/event-stream", headers=headers)
 
     return app
 

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import base64
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from omnimesh import (AudioDelta, AudioFailed, Done, Event, OmnimeshError, Reply, TextDelta, TokenLogprob, Usage)
+from omnimesh import AudioDelta, AudioFailed, Done, Event, OmnimeshError, Reply, TextDelta, TokenLogprob, Usage
 from http_front.audio_codec import encode_audio
 from http_front.errors import grpc_error_body
+from http_front.sse import prepend, sse
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,6 @@ def _chunk(c: Completion, delta: dict, finish_reason: str | None = None, logprob
             "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}]}
 
 
-def _sse(obj: dict) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
-
-
 def chunk_for(c: Completion, event: Event) -> dict | None:
     """The chunk one event becomes (None: it shows only in the last chunks)."""
     if isinstance(event, TextDelta):
@@ -87,27 +83,20 @@ def chunk_for(c: Completion, event: Event) -> dict | None:
 async def sse_stream(c: Completion, first: Event | None, events: AsyncIterator[Event]) -> AsyncIterator[str]:
     """Server-sent events: a role chunk, a chunk per delta, the finish chunk, usage if asked, then `[DONE]`. A
     failure after the first event ends the stream with an `error` event (the OpenAI SDK raises it)."""
-    yield _sse(_chunk(c, {"role": "assistant", "content": "" if not c.speak else None}))
+    yield sse(_chunk(c, {"role": "assistant", "content": "" if not c.speak else None}))
     usage: Usage | None = None
     try:
-        async for event in _prepend(first, events):
+        async for event in prepend(first, events):
             if isinstance(event, Usage):
                 usage = event
             elif isinstance(event, Done):
-                yield _sse(_chunk(c, {}, finish_reason=event.finish_reason))
+                yield sse(_chunk(c, {}, finish_reason=event.finish_reason))
             elif (chunk := chunk_for(c, event)) is not None:
-                yield _sse(chunk)
+                yield sse(chunk)
     except OmnimeshError as err:
-        yield _sse(grpc_error_body(err)[1])
+        yield sse(grpc_error_body(err)[1])
         return
     if c.include_usage:
-        yield _sse({"id": c.id, "object": "chat.completion.chunk", "created": c.created, "model": c.model,
+        yield sse({"id": c.id, "object": "chat.completion.chunk", "created": c.created, "model": c.model,
                     "choices": [], "usage": usage_json(usage)})
     yield "data: [DONE]\n\n"
-
-
-async def _prepend(first: Event | None, rest: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    if first is not None:
-        yield first
-    async for event in rest:
-        yield event

@@ -4,13 +4,12 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from fastapi import Request
 from starlette.requests import HTTPConnection
 
-from omnimesh import AsyncClient, MeshInfo
+from omnimesh import AsyncClient, MeshInfo, OmnimeshError
 
 
-def client(request: Request) -> AsyncClient:
+def client(request: HTTPConnection) -> AsyncClient:
     return request.app.state.client
 
 
@@ -24,4 +23,16 @@ def served_model_name(state: Any, info: MeshInfo) -> str:
     """The `--served-model-name`, else the checkpoint's directory name, remembered in the app state."""
     if not state.model_name:
         state.model_name = PurePath(info.model).name or info.model
+    return state.model_name
+
+
+async def model_name(request: HTTPConnection, fallback: str) -> str:
+    """The served model id, asked of the gateway on first use; `fallback` while the gateway cannot say (a stage that
+    does not answer Info need not fail a chat that does not use it)."""
+    state = request.app.state
+    if not state.model_name:
+        try:
+            served_model_name(state, await client(request).info(api_key=api_key(request)))
+        except OmnimeshError:
+            return fallback
     return state.model_name

@@ -95,4 +95,5 @@ class SpeechRequest(_Body):
     response_format: Literal["wav", "pcm", "mp3", "flac", "opus", "aac"] = "mp3"
     speed: float = 1.0
     instructions: str = ""
+    stream_format: Literal["audio", "sse"] = "audio"
     max_tokens: int | None = None  # of the text read aloud (beyond OpenAI's fields; the deployment's default if unset)

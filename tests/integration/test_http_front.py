@@ -61,10 +61,10 @@ def test_models_lists_the_served_checkpoint(api: openai.OpenAI, demo_ckpt: Path)
     assert api.models.retrieve(model.id).id == model.id
 
 
-def test_chat_completion_with_usage_and_logprobs(api: openai.OpenAI) -> None:
+def test_chat_completion_with_usage_and_logprobs(api: openai.OpenAI, demo_ckpt: Path) -> None:
     out = api.chat.completions.create(model="any", messages=user(), logprobs=True, top_logprobs=2, **GREEDY)
     choice = out.choices[0]
-    assert out.object == "chat.completion" and out.id.startswith("chatcmpl-")
+    assert out.object == "chat.completion" and out.id.startswith("chatcmpl-") and out.model == demo_ckpt.name
     assert choice.finish_reason == "length" and choice.message.role == "assistant"
     assert out.usage.completion_tokens == TOKENS and out.usage.total_tokens == out.usage.prompt_tokens + TOKENS
     lps = choice.logprobs.content
@@ -124,6 +124,21 @@ def test_speech_in_wav_and_mp3(api: openai.OpenAI) -> None:
                                   extra_body=extra).content
     with av.open(io.BytesIO(mp3)) as container:
         assert container.streams.audio[0].codec_context.name.startswith("mp3")
+
+
+def test_speech_streams_pcm_as_it_is_spoken_and_as_sse(api: openai.OpenAI) -> None:
+    args = {"model": "any", "input": "Hello there", "voice": "ethan", "extra_body": {"max_tokens": SPEECH_TOKENS}}
+    with api.audio.speech.with_streaming_response.create(response_format="pcm", **args) as answer:
+        pcm = b"".join(answer.iter_bytes())
+    assert len(pcm) > 0 and len(pcm) % 2 == 0
+    for fmt in ("pcm", "wav"):
+        with api.audio.speech.with_streaming_response.create(response_format=fmt, stream_format="sse",
+                                                             **args) as answer:
+            events = [json.loads(line[6:]) for line in answer.iter_lines() if line.startswith("data: ")]
+        assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["output_tokens"] > 0
+        assert {e["type"] for e in events[:-1]} == {"speech.audio.delta"}
+        audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+        assert audio.startswith(b"RIFF") if fmt == "wav" else len(audio) % 2 == 0 and audio
 
 
 def test_transcription_whole_and_streamed(api: openai.OpenAI) -> None:
