@@ -9,6 +9,7 @@ from pathlib import Path
 
 from runtime.config import STAGES, MeshConfig
 from runtime.server import StageServer
+from runtime.stage_auth import STAGE_TOKEN_ENV
 from runtime.stage_main import run_stage, stage_arg_parser
 from gateway.build import build_gateway
 
@@ -29,11 +30,12 @@ def main() -> None:
     for stage in STAGES:
         parser.add_argument(f"--{stage}-addr", help=f"{stage} target, e.g. 127.0.0.1:50052 or dns:///{stage}:50051")
     args, _ = parser.parse_known_args()
-    # API keys come from the environment (a Kubernetes Secret), read here at start, never at import.
+    # API keys and the stage token come from the environment (Kubernetes Secrets), read here at start, never at import.
     env_keys = tuple(k for k in os.environ.get("OMNIMESH_API_KEYS", "").split(",") if k)
+    stage_token = os.environ.get(STAGE_TOKEN_ENV, "")
 
     async def build(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
-        return await build_gateway(with_flags(mesh, args, env_keys), model_dir, server)
+        return await build_gateway(with_flags(mesh, args, env_keys), model_dir, server, stage_token)
 
     run_stage("gateway", build, parser=parser)
 

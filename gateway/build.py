@@ -7,6 +7,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import grpc
+
 from omnimesh.v1 import common_pb2, omni_pb2
 from runtime.build_info import build_string
 from runtime.channels import open_channel
@@ -24,16 +26,18 @@ from gateway.service import OmniService
 from gateway.servicer import OmniServicer
 
 
-async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
+async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
+                        stage_token: str = "") -> Callable[[], None]:
+    """`stage_token`: sent on every stage call (runtime/stage_auth.py); empty when the stages want none."""
     if not mesh.thinker.address:
         raise ValueError("config field thinker.address is empty: the gateway needs the thinker's target "
                          "(e.g. 127.0.0.1:50052 or dns:///thinker:50051); pass --thinker-addr")
-    thinker_channel = open_channel(mesh.thinker.address, mesh.gateway.server.max_message_bytes)
-    thinker = ThinkerClient(thinker_channel, server.metrics)
-    media = build_media_pipeline(mesh, model_dir, server)
+    dial = partial(open_channel, max_message_bytes=mesh.gateway.server.max_message_bytes, token=stage_token)
+    thinker = ThinkerClient(dial(mesh.thinker.address), server.metrics)
+    media = build_media_pipeline(mesh, model_dir, server, dial)
     talker = None
     if mesh.talker.enabled and mesh.talker.address:
-        talker = TalkerClient(open_channel(mesh.talker.address, mesh.gateway.server.max_message_bytes), server.metrics)
+        talker = TalkerClient(dial(mesh.talker.address), server.metrics)
     prompts = PromptBuilder.from_dir(model_dir, mesh.gateway.allow_special_tokens)
     service = OmniService(prompts, thinker, media, talker, server.metrics, mesh.gateway.stage_timeout_s)
     served_inputs = media.served_inputs
@@ -46,17 +50,18 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer) 
     return lambda: None
 
 
-def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer) -> MediaPipeline:
+def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer,
+                         dial: Callable[[str], grpc.aio.Channel]) -> MediaPipeline:
     """Media input is served once its encoder stage is enabled and has an address to route to."""
     gw = mesh.gateway
     vision = audio = vision_cfg = None
     if mesh.vision.enabled and mesh.vision.address:
-        vision = VisionClient(open_channel(mesh.vision.address, gw.server.max_message_bytes), server.metrics)
+        vision = VisionClient(dial(mesh.vision.address), server.metrics)
         processing = VisionMediaConfig.from_processing(VisionProcessingConfig.from_checkpoint(model_dir))
         vision_cfg = replace(processing, video_max_frames=min(processing.video_max_frames, gw.max_video_frames),
                              video_fps=gw.video_fps)
     if mesh.audio.enabled and mesh.audio.address:
-        audio = AudioClient(open_channel(mesh.audio.address, gw.server.max_message_bytes), server.metrics)
+        audio = AudioClient(dial(mesh.audio.address), server.metrics)
     num_deepstack = len(json.loads((model_dir / "config.json").read_text())["thinker_config"]["vision_config"]
                         .get("deepstack_visual_indexes", []))
     return MediaPipeline(vision_cfg, vision, num_deepstack, audio, gw.max_audio_seconds, gw.max_media_bytes)

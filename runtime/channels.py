@@ -7,6 +7,8 @@ import json
 
 import grpc
 
+from runtime.stage_auth import token_interceptors
+
 # Retries only before the first response arrives, which is right for generation (docs/grpc-transport.md).
 _SERVICE_CONFIG = json.dumps({
     "loadBalancingConfig": [{"round_robin": {}}],
@@ -35,6 +37,8 @@ def channel_options(max_message_bytes: int = 16 << 20) -> list[tuple[str, object
     ]
 
 
-def open_channel(target: str, max_message_bytes: int = 16 << 20) -> grpc.aio.Channel:
-    """An insecure aio channel to a stage; `dns:///name:port` targets balance over every pod IP."""
-    return grpc.aio.insecure_channel(target, options=channel_options(max_message_bytes))
+def open_channel(target: str, max_message_bytes: int = 16 << 20, token: str = "") -> grpc.aio.Channel:
+    """An insecure aio channel to a stage; `dns:///name:port` targets balance over every pod IP. `token`: the stage
+    token every call carries (runtime/stage_auth.py)."""
+    return grpc.aio.insecure_channel(target, options=channel_options(max_message_bytes),
+                                     interceptors=token_interceptors(token))

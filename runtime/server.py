@@ -17,6 +17,7 @@ from runtime.config import ServerConfig
 from runtime.heartbeat import Heartbeat
 from runtime.interceptor import ErrorMappingInterceptor
 from runtime.metrics import Metrics
+from runtime.stage_auth import StageTokenInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +50,14 @@ class StageServer:
     """One process's server. Add servicers, `await start()`, then `await serve_until_signal()`."""
 
     def __init__(self, stage: str, replica: str, cfg: ServerConfig, metrics: Metrics,
-                 max_receive_bytes: int | None = None) -> None:
+                 max_receive_bytes: int | None = None, stage_token: str = "") -> None:
+        """`stage_token`: calls without it are refused UNAUTHENTICATED (health excepted); empty: no token."""
         self.stage = stage
         self.replica = replica
         self.cfg = cfg
         self.metrics = metrics
-        self.server = grpc.aio.server(interceptors=[ErrorMappingInterceptor(metrics)],
-                                      options=server_options(cfg, max_receive_bytes))
+        interceptors = [ErrorMappingInterceptor(metrics), *([StageTokenInterceptor(stage_token)] if stage_token else [])]
+        self.server = grpc.aio.server(interceptors=interceptors, options=server_options(cfg, max_receive_bytes))
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._services: list[str] = []

@@ -15,6 +15,7 @@ from runtime.logs import configure_logging
 from runtime.metrics import Metrics
 from runtime.model_path import resolve_model
 from runtime.server import StageServer, announce_ready
+from runtime.stage_auth import STAGE_TOKEN_ENV
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,17 @@ def run_stage(stage: str, builder: StageBuilder, argv: list[str] | None = None,
     args = (parser or stage_arg_parser(stage)).parse_args(argv)
     configure_logging(stage, args.log_level)
     mesh, server_cfg = apply_flags(load_mesh_config(args.config), stage, args)
-    asyncio.run(_serve(stage, args.replica, mesh, server_cfg, builder))
+    # a stage refuses calls without the shared token; the gateway sends it (gateway/__main__.py) and takes API keys
+    token = "" if stage == "gateway" else os.environ.get(STAGE_TOKEN_ENV, "")
+    asyncio.run(_serve(stage, args.replica, mesh, server_cfg, builder, token))
 
 
-async def _serve(stage: str, replica: str, mesh: MeshConfig, server_cfg: ServerConfig, builder: StageBuilder) -> None:
+async def _serve(stage: str, replica: str, mesh: MeshConfig, server_cfg: ServerConfig, builder: StageBuilder,
+                 stage_token: str = "") -> None:
     metrics = Metrics(stage, replica)
     # the gateway reads a public request up to twice its limit, to refuse one over it by name (request_decode.py)
     receive = 2 * server_cfg.max_message_bytes if stage == "gateway" else None
-    server = StageServer(stage, replica, server_cfg, metrics, receive)
+    server = StageServer(stage, replica, server_cfg, metrics, receive, stage_token)
     model_dir = resolve_model(mesh.model)
     cleanup = await builder(mesh, model_dir, server)
     # the loaded model's and loaders' objects live as long as the process: moved out of the collector's reach, a

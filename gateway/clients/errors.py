@@ -49,5 +49,8 @@ async def stage_info(info_rpc: Callable[..., Awaitable[common_pb2.StageInfo]], s
     try:
         return await info_rpc(common_pb2.InfoRequest(), timeout=timeout, wait_for_ready=True)
     except grpc.aio.AioRpcError as err:
+        if err.code() == grpc.StatusCode.UNAUTHENTICATED:  # a deployment whose stage token differs: say so
+            raise Unavailable(f"{stage} stage refused the gateway (UNAUTHENTICATED): {err.details()}",
+                              stage=stage) from None
         raise Unavailable(f"{stage} stage did not answer Info in {timeout:.1f} s ({err.code().name})",
                           stage=stage) from None
