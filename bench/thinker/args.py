@@ -12,7 +12,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     which.add_argument("--random-weights", action="store_true",
                        help="real Thinker dims, random bf16 weights (no checkpoint needed; default off --tiny)")
     which.add_argument("--model", type=Path, help="a Qwen3-Omni checkpoint directory instead of random weights")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32], help="closed-loop levels")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16, 32], help="closed-loop levels")
+    p.add_argument("--routing", choices=("balanced", "native"), default="balanced",
+                   help="balanced: prompts over the vocabulary's ordinary tokens and, on random weights, routers "
+                        "and LM head calibrated (bench/thinker/balance.py); native: the earlier 40-word workload")
     p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length after the chat template")
     p.add_argument("--output-tokens", type=int, default=256, help="tokens per request (EOS ignored)")
     p.add_argument("--sampling", choices=("greedy", "model"), default="greedy",

@@ -33,12 +33,13 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 
 import torch  # noqa: E402
 
-from bench.moe_routing import CALIBRATIONS  # noqa: E402
+from bench.moe_routing import routing_record, step_experts_touched  # noqa: E402
 from bench.thinker import engine_loop, gateway_loop  # noqa: E402
 from bench.thinker.args import add_arguments, command_line  # noqa: E402
 from bench.thinker.hf_baseline import hf_generate  # noqa: E402
 from bench.thinker.random_model import random_model, real_config, write_checkpoint  # noqa: E402
 from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
+from bench.thinker.balance import balance_routing  # noqa: E402
 from bench.thinker.routing_replay import replay_experts  # noqa: E402
 from bench.thinker.workload import PromptMaker  # noqa: E402
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
@@ -138,9 +139,17 @@ class Bench:
             model = ThinkerLM.load(self.template_dir, self.device, self.dtype)
         else:
             model = random_model(self.config, self.device, self.dtype)
+            self.result["model_load_s"] = time.perf_counter() - t0
+            if self.args.routing == "balanced":
+                self.result["routing_calibration"] = balance_routing(
+                    model, self.prompt_maker(self.args.prompt_tokens), self.device, self.dtype)
+            return model
         self.result["model_load_s"] = time.perf_counter() - t0
         self.result["kernel_path"] = model.use_kernels
         return model
+
+    def prompt_maker(self, num_tokens: int) -> PromptMaker:
+        return PromptMaker(self.template_dir, num_tokens, self.args.routing)
 
     def make_seq_factory(self, maker: PromptMaker, max_tokens: int):  # noqa: ANN201
         sampling = SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
@@ -173,12 +182,13 @@ class Bench:
         out: dict[str, Any] = {"build_s": time.perf_counter() - t0, "levels": [],
                                "captures": [vars(r) for r in runner.capture_records]}
         self.result["engine"] = out
-        maker = PromptMaker(self.template_dir, args.prompt_tokens)
+        maker = self.prompt_maker(args.prompt_tokens)
         make, prepare = self.make_seq_factory(maker, args.output_tokens)
         index = 0
+        trace = engine_loop.DecodeTrace()
         for c in args.concurrency:
             prepare(range(index, index + 2 * c + self.measured(c)))
-            level = engine_loop.run_level(engine, make, c, c, self.measured(c), index)
+            level = engine_loop.run_level(engine, make, c, c, self.measured(c), index, trace)
             index = level.pop("next_index")
             self._roofline(level)
             out["levels"].append(level)
@@ -186,12 +196,13 @@ class Bench:
                      level["ttft_ms_p50"] or 0, level["tpot_ms_p50"] or 0)
             self.save()
         if args.long_prompt_tokens:
-            long_maker = PromptMaker(self.template_dir, args.long_prompt_tokens)
+            long_maker = self.prompt_maker(args.long_prompt_tokens)
             make_long, prepare_long = self.make_seq_factory(long_maker, args.long_output_tokens)
             prepare_long(range(index, index + args.long_requests + 2))
             level = engine_loop.run_level(engine, make_long, 1, 1, args.long_requests, index)
             index = level.pop("next_index")
             out["long_prompt"] = level
+        self._count_experts(runner.model, trace)
         if runner.graphs is not None:
             out["graph_steps"] = dict(runner.graphs.replays)
         out["eager_text_steps"] = runner.eager_steps
@@ -199,6 +210,20 @@ class Bench:
         if self.device.type == "cuda" and runner.graphs is not None:
             self._profile(runner, out)
         del engine, runner
+
+    def _count_experts(self, model: ThinkerLM, trace: engine_loop.DecodeTrace) -> None:
+        """The routing record: distinct experts the measured levels' decode steps read (their sequences replayed
+        through the same weights), beside the uniform expectation."""
+        t0 = time.perf_counter()
+        used = {seq for step in trace.steps for seq, _ in step}
+        experts = replay_experts(model, {s: trace.tokens[s] for s in used})
+        touched = step_experts_touched(trace.steps, experts, self.cfg.num_experts, self.cfg.num_experts_per_tok)
+        self.result["routing"] = routing_record(
+            self.args.routing, touched, "the engine levels' decode steps, their sequences replayed through the same "
+            "weights with the routers tapped (bench/thinker/routing_replay.py); the gateway run serves the same "
+            "weights and workload")
+        self.result["routing"]["count_s"] = time.perf_counter() - t0
+        self.save()
 
     def _roofline(self, level: dict[str, Any]) -> None:
         steps = level.get("decode_steps", {})
@@ -251,10 +276,12 @@ class Bench:
         return out
 
     def run_hf(self) -> None:
-        tokens = self.args.prompt_tokens
-        self.result["transformers"] = {"note": "random weights, same dims; greedy; min_new_tokens = max_new_tokens",
-                                       "runs": hf_generate(self.config, self.args.hf_batches, tokens,
-                                                           self.hf_tokens, self.device, self.dtype)}
+        maker = self.prompt_maker(self.args.prompt_tokens)
+        prompts = [maker.make(200_000 + i).token_ids for i in range(max(self.args.hf_batches))]
+        checkpoint = self.result.get("checkpoint", {}).get("dir")
+        hf = hf_generate(self.config, self.args.hf_batches, prompts, self.hf_tokens, self.device, self.dtype,
+                         Path(checkpoint) if checkpoint else None)
+        self.result["transformers"] = {"note": "same prompts; greedy; min_new_tokens = max_new_tokens", **hf}
         self.save()
 
     def run_gateway(self, model_dir: Path) -> None:
@@ -278,7 +305,7 @@ class Bench:
 
     def _gateway_levels(self, address: str, out: dict[str, Any]) -> None:
         args = self.args
-        maker = PromptMaker(self.template_dir, args.prompt_tokens)
+        maker = self.prompt_maker(args.prompt_tokens)
         index = 100_000  # other texts than the engine run's: nothing is cached across phases anyway
         for c in args.concurrency:
             requests = {i: self.chat_request(maker.make(i).text, args.output_tokens, i)
@@ -291,7 +318,7 @@ class Bench:
                      level["ttft_ms_p50"] or 0)
             self.save()
         if args.long_prompt_tokens:
-            long_maker = PromptMaker(self.template_dir, args.long_prompt_tokens)
+            long_maker = self.prompt_maker(args.long_prompt_tokens)
             level = gateway_loop.run_level(address, lambda i: self.chat_request(
                 long_maker.make(i).text, args.long_output_tokens, i), 1, 1, args.long_requests, index)
             level.pop("next_index")
@@ -318,20 +345,6 @@ class Bench:
                     "ttft_1k_ms_p50"] and self.args.long_prompt_tokens == 1024}
         self.result["summary"] = summary
         self.save()
-
-
-def calibrate_routers(model: ThinkerLM, maker: PromptMaker, indices: range, how: str = "whiten",
-                      head: bool = True) -> None:
-    """Balanced routing on random weights (bench/moe_routing.py): every router calibrated, layer after layer, on
-    the router inputs of prompts `indices` of the workload (others than any measured prompt); `head` calibrates
-    the LM head the same way, so the tokens rows generate stay as spread over the vocabulary as their prompts."""
-    calibrate_on(model, {i: maker.make(i).token_ids for i in indices}, how, head)
-
-
-def calibrate_on(model: ThinkerLM, sequences: dict[int, list[int]], how: str, head: bool) -> None:
-    """Calibrate on the router inputs of `sequences` (one pack: see replay_experts)."""
-    replay_experts(model, sequences, max_batch_tokens=sum(map(len, sequences.values())),
-                   calibrate=CALIBRATIONS[how], calibrate_head=head)
 
 
 def free_cuda() -> None:

@@ -21,9 +21,10 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from bench.moe_routing import moe_layers, routing_record, step_experts_touched  # noqa: E402
+from bench.moe_routing import routing_record, step_experts_touched  # noqa: E402
 from bench.thinker import engine_loop  # noqa: E402
-from bench.thinker.bench_thinker import calibrate_on, calibrate_routers, provenance_of  # noqa: E402
+from bench.thinker.balance import calibrate_on, calibrated_weights, decode_greedy  # noqa: E402
+from bench.thinker.bench_thinker import provenance_of  # noqa: E402
 from bench.thinker.random_model import random_model, real_config  # noqa: E402
 from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
 from bench.thinker.routing_replay import replay_experts  # noqa: E402
@@ -73,18 +74,17 @@ def mean_distinct_tokens(trace: engine_loop.DecodeTrace, rows: int) -> float | N
     return sum(counts) / len(counts) if counts else None
 
 
+def mean_distinct_tokens(trace: engine_loop.DecodeTrace, rows: int) -> float | None:
+    """Distinct tokens the decode steps of `rows` rows fed in, on average (rows alike in token share experts)."""
+    counts = [len({trace.tokens[s][pos] for s, pos in step}) for step in trace.steps if len(step) == rows]
+    return sum(counts) / len(counts) if counts else None
+
+
 def decoded_sequences(engine: Any, make: Any, first_index: int, count: int = 64) -> dict[int, list[int]]:
     """Prompt and generated tokens of `count` sequences decoded 32 at a time (the calibration's second pass)."""
     trace = engine_loop.DecodeTrace()
     engine_loop.run_level(engine, make, 32, 0, count, first_index, trace)
     return trace.tokens
-
-
-def calibrated_weights(model: ThinkerLM) -> dict[str, torch.Tensor]:
-    """The tensors a calibration changes: every router and the LM head."""
-    out = {f"router{i}": moe.gate.weight for i, moe in enumerate(moe_layers(model))}
-    out["lm_head"] = model.lm_head.weight
-    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -124,10 +124,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if calibration is not None:
             t0 = time.perf_counter()
             how, head, *on = calibration
-            calibrate_routers(model, makers["balanced"], range(10**6, 10**6 + args.calibration_prompts), how, head)
+            prompts = range(10**6, 10**6 + args.calibration_prompts)
+            calibrate_on(model, {i: makers["balanced"].make(i).token_ids for i in prompts}, how, head)
             if on:  # again, from the drawn weights, on what decoding with the first calibration fed the model
-                decoded = decoded_sequences(engine, sequence_factory(makers["balanced"], cfg, "greedy",
-                                                                     args.output_tokens), 2 * 10**6)
+                decoded = decode_greedy(engine, makers["balanced"], cfg, 2 * 10**6, 64, args.output_tokens)
                 for key, w in calibrated_weights(model).items():
                     w.copy_(drawn[key])
                 calibrate_on(model, decoded, how, head)

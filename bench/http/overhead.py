@@ -1,0 +1,144 @@
+"""The HTTP front's overhead against the gRPC path on one deployment: closed-loop text->text streams at each
+concurrency through omnimesh.AsyncClient (gRPC to the gateway) and through the official `openai` package (HTTP to
+the front, which is a gRPC client of the same gateway), alternating paths per round; tok/s and time to first token.
+
+    .venv/bin/python bench/http/overhead.py --out overhead.json                   # starts a demo mesh (CPU)
+    .venv/bin/python bench/http/overhead.py --grpc-addr H:P --http-url http://H:P/v1 --out overhead.json
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+REPO = Path(__file__).resolve().parents[2]
+MESH_PREFIX = "OMNIMESH_MESH "
+TEXT_ONLY = ("vision: {enabled: false}\naudio: {enabled: false}\ntalker: {enabled: false}\n"
+             "thinker: {engine: {kv_cache_bytes: 67108864, max_num_seqs: 32, token_flush_ms: 5.0}}\n")
+
+
+class Sample(NamedTuple):
+    ttft_s: float
+    tokens: int
+
+
+async def grpc_one(client: object, prompt: str, max_tokens: int) -> Sample:
+    from omnimesh import TextDelta
+
+    t0 = time.perf_counter()
+    ttft, tokens = None, 0
+    async for event in client.chat_stream(prompt, max_tokens=max_tokens, ignore_eos=True, temperature=0.0):
+        if isinstance(event, TextDelta) and event.token_ids:
+            ttft = ttft if ttft is not None else time.perf_counter() - t0
+            tokens += len(event.token_ids)
+    return Sample(ttft or 0.0, tokens)
+
+
+async def http_one(client: object, prompt: str, max_tokens: int) -> Sample:
+    t0 = time.perf_counter()
+    ttft, tokens = None, 0
+    stream = await client.chat.completions.create(
+        model="omni", messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0,
+        stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            ttft = ttft if ttft is not None else time.perf_counter() - t0
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+    return Sample(ttft or 0.0, tokens)
+
+
+async def closed_loop(one: object, client: object, concurrency: int, requests: int, max_tokens: int) -> dict:
+    """`concurrency` workers send `requests` streams in all, each the next as soon as its last ended."""
+    todo = iter(range(requests))
+    samples: list[Sample] = []
+
+    async def worker() -> None:
+        for i in todo:
+            samples.append(await one(client, f"Request {i}: tell me a story", max_tokens))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - t0
+    ttfts = sorted(s.ttft_s for s in samples)
+    return {"tok_per_s": sum(s.tokens for s in samples) / wall, "ttft_p50_ms": 1e3 * statistics.median(ttfts),
+            "ttft_p90_ms": 1e3 * ttfts[int(0.9 * (len(ttfts) - 1))], "requests": len(samples), "wall_s": wall}
+
+
+async def measure(args: argparse.Namespace, grpc_addr: str, http_url: str) -> dict:
+    import openai
+
+    from omnimesh import AsyncClient
+
+    grpc_client = AsyncClient(grpc_addr, api_key=args.api_key)
+    http_client = openai.AsyncOpenAI(base_url=http_url, api_key=args.api_key or "none", max_retries=0, timeout=600)
+    paths = {"grpc": (grpc_one, grpc_client), "http": (http_one, http_client)}
+    await closed_loop(grpc_one, grpc_client, 4, 8, args.max_tokens)  # warm-up: the engine and both connections
+    await closed_loop(http_one, http_client, 4, 8, args.max_tokens)
+    results: dict = {}
+    for c in args.concurrency:
+        runs: dict[str, list[dict]] = {"grpc": [], "http": []}
+        for r in range(args.rounds):  # alternate which path goes first, so drift hits both alike
+            order = ("grpc", "http") if r % 2 == 0 else ("http", "grpc")
+            for path in order:
+                one, client = paths[path]
+                runs[path].append(await closed_loop(one, client, c, max(c, args.requests), args.max_tokens))
+        best = {p: max(rs, key=lambda x: x["tok_per_s"]) for p, rs in runs.items()}
+        results[str(c)] = {"runs": runs, "overhead_tok_per_s_pct": 100 * (1 - best["http"]["tok_per_s"]
+                                                                            / best["grpc"]["tok_per_s"]),
+                           "ttft_p50_extra_ms": best["http"]["ttft_p50_ms"] - best["grpc"]["ttft_p50_ms"]}
+        print(f"c={c}: grpc {best['grpc']['tok_per_s']:.0f} tok/s, http {best['http']['tok_per_s']:.0f} tok/s "
+              f"({results[str(c)]['overhead_tok_per_s_pct']:+.1f}%); TTFT p50 grpc {best['grpc']['ttft_p50_ms']:.1f} "
+              f"ms, http {best['http']['ttft_p50_ms']:.1f} ms", flush=True)
+    await grpc_client.close()
+    await http_client.close()
+    return results
+
+
+def start_mesh() -> tuple[object, str, str]:
+    """`omnimesh up --model demo --http-port 0`, text only; its process and the two addresses."""
+    sys.path.insert(0, str(REPO))
+    from tests.integration.mesh_process import OMNIMESH, start
+
+    config = Path(tempfile.mkdtemp(prefix="omnimesh-overhead-")) / "mesh.yaml"
+    config.write_text(TEXT_ONLY)
+    mesh = start([OMNIMESH, "up", "--model", "demo", "--port", "0", "--http-port", "0", "--config", str(config),
+                  "--log-level", "WARNING"], MESH_PREFIX, timeout=600)
+    ports = mesh.ports
+    return mesh, f"127.0.0.1:{ports['gateway']['grpc_port']}", f"http://127.0.0.1:{ports['http']['http_port']}/v1"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--grpc-addr", help="a running gateway (with --http-url); default: start a demo mesh")
+    p.add_argument("--http-url", help="the HTTP front in front of that gateway, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--requests", type=int, default=64, help="streams per run (at least the concurrency)")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=2, help="runs per path and concurrency; the best counts")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    mesh = None
+    if args.grpc_addr and args.http_url:
+        grpc_addr, http_url = args.grpc_addr, args.http_url
+    else:
+        mesh, grpc_addr, http_url = start_mesh()
+    try:
+        results = asyncio.run(measure(args, grpc_addr, http_url))
+    finally:
+        if mesh is not None:
+            mesh.stop()
+    args.out.write_text(json.dumps({"max_tokens": args.max_tokens, "requests": args.requests,
+                                    "by_concurrency": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
