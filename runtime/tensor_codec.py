@@ -55,7 +55,9 @@ class _Partial:
     dtype: int
     shape: tuple[int, ...]
     count: int
+    size: int  # bytes the shape needs: chunks past it are refused as they come, not buffered
     parts: list[bytes] = field(default_factory=list)
+    received: int = 0
 
 
 class TensorAssembler:
@@ -90,12 +92,18 @@ class TensorAssembler:
             size = math.prod(shape) * _element_size(_PB_TO_TORCH[msg.dtype])  # Python ints: never wraps around
             if size > self._max_bytes:  # refuse before buffering anything
                 raise InvalidArgument(field_name, f"{size} bytes exceed the limit of {self._max_bytes}")
-            part = _Partial(msg.dtype, shape, count)
+            if count > max(1, size):  # empty chunks without end would cost memory and never finish
+                raise InvalidArgument(field_name, f"chunk_count {count} exceeds the {size} bytes of its shape")
+            part = _Partial(msg.dtype, shape, count, size)
             self._partial[msg.name] = part
         elif (msg.dtype, tuple(msg.shape), count) != (part.dtype, part.shape, part.count):
             raise InvalidArgument(field_name, "dtype, shape or chunk_count differ between chunks of one tensor")
         elif msg.chunk_index != len(part.parts):
             raise InvalidArgument(field_name, f"chunk {msg.chunk_index} arrived, expected {len(part.parts)}")
+        part.received += len(msg.data)
+        if part.received > part.size:
+            raise InvalidArgument(field_name, f"{part.received} bytes received, shape {list(part.shape)} needs "
+                                  f"{part.size}")
         part.parts.append(msg.data)
         if len(part.parts) < part.count:
             return None

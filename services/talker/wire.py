@@ -60,7 +60,9 @@ class SpeakReader:
                           sampling.max_frames, start.return_codes, self._opened_at)
 
     async def _read_conditioning(self, checked: CheckedPrompt) -> torch.Tensor | None:
-        assembler = TensorAssembler("conditioning")
+        # no more than the prompt's placeholders can use (float64 at most): a bigger shape is refused at its first chunk
+        most = max(1, len(checked.media_positions)) * self._limits.thinker_hidden * 8
+        assembler = TensorAssembler("conditioning", max_bytes=most)
         media_hidden: torch.Tensor | None = None
         async for msg in self._requests:
             kind = msg.WhichOneof("msg")

@@ -34,7 +34,7 @@ async def read_generate_input(requests: AsyncIterator[thinker_pb2.GenerateReques
     if bad is not None:
         raise InvalidArgument("start.token_ids", f"holds {bad}, outside the vocabulary [0, {cfg.vocab_size})")
     spans = [_check_span(i, s, ids, cfg) for i, s in enumerate(start.media)]
-    tensors = await _read_media(requests, len(spans))
+    tensors = await _read_media(requests, _announced(spans, ids, cfg))
     media = [_media_input(i, s, ids, tensors, cfg) for i, s in enumerate(spans)]
     grids = [MediaSpanGrid(MediaKind(m.kind), tuple(m.grid_thw) or None, m.second_per_grid, m.num_audio_rows)
              for m in media]
@@ -71,12 +71,35 @@ def _check_span(i: int, span: thinker_pb2.MediaSpan, ids: list[int], cfg: Thinke
     return span
 
 
-async def _read_media(requests: AsyncIterator[thinker_pb2.GenerateRequest], num_spans: int) -> dict[str, torch.Tensor]:
+def _announced(spans: list[thinker_pb2.MediaSpan], ids: list[int], cfg: ThinkerConfig) -> dict[str, tuple[int, int]]:
+    """Every tensor the spans call for, by name, with its shape: all the media a stream may bring."""
+    shapes: dict[str, tuple[int, int]] = {}
+    for i, span in enumerate(spans):
+        kind = _KINDS[span.kind]
+        rows = span.length
+        if kind == "audio_in_video":
+            rows = ids[span.offset:span.offset + span.length].count(cfg.video_token_id)
+            shapes[f"media.{i}.audio_embeddings"] = (span.audio_length, cfg.hidden_size)
+        shapes[f"media.{i}.embeddings"] = (rows, cfg.hidden_size)
+        for k in range(0 if kind == "audio" else cfg.num_deepstack):
+            shapes[f"media.{i}.deepstack.{k}"] = (rows, cfg.hidden_size)
+    return shapes
+
+
+async def _read_media(requests: AsyncIterator[thinker_pb2.GenerateRequest],
+                      announced: dict[str, tuple[int, int]]) -> dict[str, torch.Tensor]:
+    """Only what `start` announced, each once and of its shape, refused at its first chunk otherwise: a stream
+    buffers no more than its prompt's media."""
     assembler = TensorAssembler("media")
     tensors: dict[str, torch.Tensor] = {}
     async for msg in requests:
         if msg.WhichOneof("msg") != "media":
             raise InvalidArgument("start", "only one `start` message is allowed per Generate call")
+        name, shape = msg.media.name, tuple(msg.media.shape)
+        if msg.media.chunk_index == 0 and (name not in announced or name in tensors):
+            raise InvalidArgument(f"media[{name[:64]}]", "was not announced by start.media, or came twice")
+        if msg.media.chunk_index == 0 and len(shape) == 2 and shape[0] != announced[name][0]:
+            raise InvalidArgument(f"media[{name}]", f"has {shape[0]} rows; start.media announced {announced[name][0]}")
         done = assembler.add(msg.media)
         if done is not None:
             tensors[done[0]] = done[1]

@@ -76,6 +76,11 @@ CASES: dict[str, tuple[list[talker_pb2.SpeakRequest], str, tuple[str, ...]]] = {
     "conditioning name": ([start(), *conditioning(torch.empty(0, 0), name="media.0"), text([1]), text_end()],
                           "conditioning.name", ("'media.0'",)),
     "conditioning twice": ([start(), *EMPTY, *EMPTY, text([1]), text_end()], "conditioning", ("twice",)),
+    "conditioning shape past the prompt": (  # refused at its first chunk, before any of its 256 MiB is buffered
+        [start(MP.ids, media=MP.spans), talker_pb2.SpeakRequest(conditioning=common_pb2.Tensor(
+            name="talker.media_hidden", dtype=common_pb2.DTYPE_FLOAT32, shape=[1 << 20, HIDDEN], data=b"\0" * 1024,
+            chunk_index=0, chunk_count=256)), text([1]), text_end()],
+        "conditioning[talker.media_hidden]", ("268435456 bytes exceed the limit of 6144",)),
     "conditioning incomplete": ([start(MP.ids, media=MP.spans), *conditioning(MP.hidden, chunk_bytes=1024)[:2],
                                  text([1])], "conditioning", ("incomplete",)),
     "conditioning missing": ([start(MP.ids, media=MP.spans), text([1]), text_end()], "conditioning",

@@ -188,6 +188,17 @@ def test_wrong_byte_count_across_chunks() -> None:
     check_invalid(asm, msg(shape=(3,), data=b"\0" * 8, index=1, count=2), "t[x]", "16 bytes received")
 
 
+def test_bytes_past_the_shape_are_refused_as_they_arrive_not_at_the_last_chunk() -> None:
+    asm = TensorAssembler("t")
+    check_invalid(asm, msg(shape=(2,), data=b"\0" * (1 << 20), index=0, count=2), "t[x]",
+                  "1048576 bytes received, shape [2] needs 8")
+
+
+def test_a_chunk_count_past_the_bytes_of_the_shape_is_refused() -> None:
+    check_invalid(TensorAssembler("t"), msg(shape=(2,), data=b"", index=0, count=9), "t[x]",
+                  "chunk_count 9 exceeds the 8 bytes of its shape")
+
+
 def test_negative_shape() -> None:
     check_invalid(TensorAssembler("t"), msg(shape=(2, -1)), "t[x]", "shape [2, -1] has a negative dimension")
 
