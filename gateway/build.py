@@ -14,6 +14,7 @@ from runtime.build_info import build_string
 from runtime.channels import open_channel
 from runtime.config import MeshConfig
 from runtime.server import StageServer
+from runtime.tls import stage_channel_credentials
 from runtime.vision_processing import VisionProcessingConfig
 from gateway.clients.encoders import AudioClient, VisionClient
 from gateway.clients.talker import TalkerClient
@@ -32,7 +33,8 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
     if not mesh.thinker.address:
         raise ValueError("config field thinker.address is empty: the gateway needs the thinker's target "
                          "(e.g. 127.0.0.1:50052 or dns:///thinker:50051); pass --thinker-addr")
-    dial = partial(open_channel, max_message_bytes=mesh.gateway.server.max_message_bytes, token=stage_token)
+    dial = partial(open_channel, max_message_bytes=mesh.gateway.server.max_message_bytes, token=stage_token,
+                   credentials=stage_channel_credentials(mesh.gateway.stage_tls))
     thinker = ThinkerClient(dial(mesh.thinker.address), server.metrics)
     media = build_media_pipeline(mesh, model_dir, server, dial)
     talker = None

@@ -37,8 +37,11 @@ def channel_options(max_message_bytes: int = 16 << 20) -> list[tuple[str, object
     ]
 
 
-def open_channel(target: str, max_message_bytes: int = 16 << 20, token: str = "") -> grpc.aio.Channel:
-    """An insecure aio channel to a stage; `dns:///name:port` targets balance over every pod IP. `token`: the stage
-    token every call carries (runtime/stage_auth.py)."""
-    return grpc.aio.insecure_channel(target, options=channel_options(max_message_bytes),
-                                     interceptors=token_interceptors(token))
+def open_channel(target: str, max_message_bytes: int = 16 << 20, token: str = "",
+                 credentials: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
+    """An aio channel to a stage, TLS when given `credentials` (runtime/tls.py); `dns:///name:port` targets balance
+    over every pod IP. `token`: the stage token every call carries (runtime/stage_auth.py)."""
+    options, interceptors = channel_options(max_message_bytes), token_interceptors(token)
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(target, credentials, options=options, interceptors=interceptors)

@@ -15,8 +15,8 @@ from runtime.config_section import ConfigError, Items, Section, check, config_se
 
 __all__ = ["STAGES", "VISION_LINEAR_DTYPES", "AudioStageConfig", "ConfigError", "EncoderConfig", "EngineConfig",
            "GatewayConfig", "MeshConfig", "SamplingDefaults", "ServerConfig", "SpeechConfig", "StageConfig",
-           "TalkerStageConfig", "ThinkerStageConfig", "VisionStageConfig", "from_dict", "load_mesh_config",
-           "to_dict", "write_mesh_config"]
+           "StageTlsConfig", "TalkerStageConfig", "ThinkerStageConfig", "VisionStageConfig", "from_dict",
+           "load_mesh_config", "to_dict", "write_mesh_config"]
 
 STAGES = ("thinker", "vision", "audio", "talker")
 # The vision tower's block linears (qkv, proj, fc1, fc2): "native" runs them in the stage's dtype, "fp8" in e4m3 with
@@ -42,6 +42,33 @@ class ServerConfig:
     max_connection_age_ms: StrictInt = Field(300_000, ge=1)
     max_connection_age_grace_ms: StrictInt = Field(600_000, ge=0)  # long enough for a long generation to finish
     drain_grace_s: StrictFloat = Field(30.0, ge=0)
+    # TLS from PEM files (e.g. a cert-manager Secret mounted in the pod): a certificate and its key make the port
+    # TLS-only; a client CA also requires every client to present a certificate it signed (mutual TLS)
+    tls_cert_file: StrictStr = ""
+    tls_key_file: StrictStr = ""
+    tls_client_ca_file: StrictStr = ""
+
+    def __post_init__(self) -> None:
+        check(bool(self.tls_cert_file) == bool(self.tls_key_file), "tls_key_file", self.tls_key_file,
+              "set tls_cert_file and tls_key_file together, or neither (plaintext)")
+        check(not self.tls_client_ca_file or bool(self.tls_cert_file), "tls_client_ca_file", self.tls_client_ca_file,
+              "mutual TLS needs the server's own tls_cert_file and tls_key_file too")
+
+
+@config_section
+class StageTlsConfig:
+    """How the gateway dials the stages when their ports are TLS: the CA their certificates chain to, and the
+    certificate it presents to stages that require one (mutual TLS). Empty ca_file: plaintext."""
+
+    ca_file: StrictStr = ""
+    cert_file: StrictStr = ""
+    key_file: StrictStr = ""
+
+    def __post_init__(self) -> None:
+        check(bool(self.cert_file) == bool(self.key_file), "key_file", self.key_file,
+              "set cert_file and key_file together, or neither")
+        check(not self.cert_file or bool(self.ca_file), "ca_file", self.ca_file,
+              "a client certificate is only sent over TLS: set ca_file to the stages' CA")
 
 
 @config_section
@@ -244,6 +271,7 @@ class GatewayConfig:
     # Decoded media (frames, samples) this replica holds at once, estimated from each item's header before decoding;
     # a request that would pass it waits its turn as RESOURCE_EXHAUSTED with RetryInfo (one alone is always admitted)
     max_media_bytes: StrictInt = Field(2 << 30, ge=1 << 20)
+    stage_tls: Section[StageTlsConfig] = Field(default_factory=StageTlsConfig)
     # Text spelling a special token (`<|im_start|>`) becomes that token; off, it is plain text, so a user cannot forge
     # turns or system prompts through the chat template. Turn on only when every client is trusted.
     allow_special_tokens: StrictBool = False

@@ -18,6 +18,7 @@ from runtime.heartbeat import Heartbeat
 from runtime.interceptor import ErrorMappingInterceptor
 from runtime.metrics import Metrics
 from runtime.stage_auth import StageTokenInterceptor
+from runtime.tls import server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,11 @@ class StageServer:
         self.replica = replica
         self.cfg = cfg
         self.metrics = metrics
-        interceptors = [ErrorMappingInterceptor(metrics), *([StageTokenInterceptor(stage_token)] if stage_token else [])]
+        interceptors: list[grpc.aio.ServerInterceptor] = [ErrorMappingInterceptor(metrics)]
+        if stage_token:
+            interceptors.append(StageTokenInterceptor(stage_token))
         self.server = grpc.aio.server(interceptors=interceptors, options=server_options(cfg, max_receive_bytes))
+        self._credentials = server_credentials(cfg, f"{stage}.server")  # read now: a bad path fails before loading
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._services: list[str] = []
@@ -83,8 +87,12 @@ class StageServer:
     async def start(self) -> BoundPorts:
         names = [*self._services, health.SERVICE_NAME, reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, self.server)
+        address = f"{self.cfg.host}:{self.cfg.port}"
         try:
-            port = self.server.add_insecure_port(f"{self.cfg.host}:{self.cfg.port}")
+            if self._credentials is None:
+                port = self.server.add_insecure_port(address)
+            else:
+                port = self.server.add_secure_port(address, self._credentials)
         except RuntimeError as e:  # grpcio raises RuntimeError where older versions returned 0
             raise OSError(f"could not bind {self.cfg.host}:{self.cfg.port}: {e}") from None
         if port == 0:
@@ -95,7 +103,8 @@ class StageServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self._failure_checks:
             self._watch = asyncio.create_task(self._watch_failures(), name="failure-watch")
-        log.info("%s serving gRPC on %s:%d, metrics on %d", self.stage, self.cfg.host, port, metrics_port)
+        log.info("%s serving gRPC%s on %s:%d, metrics on %d", self.stage, "" if self._credentials is None else " (TLS)",
+                 self.cfg.host, port, metrics_port)
         return BoundPorts(port, metrics_port)
 
     async def _watch_failures(self, period_s: float = 0.5) -> None:

@@ -14,7 +14,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
-from runtime.channels import channel_options
+from gateway.cli.dial import add_tls_arguments, gateway_channel
 
 
 def media_file(value: str) -> Path:
@@ -56,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--speech-seed", type=int, help="seed of the speech sampling")
     p.add_argument("--codes", action="store_true", help="also return codec codes (with --json)")
     p.add_argument("--api-key", default=None, help="sent as `authorization: Bearer <key>`")
+    add_tls_arguments(p)
     p.add_argument("--timeout", type=float, default=None, help="deadline in seconds")
     p.add_argument("--json", action="store_true", help="one JSON object per event per line")
     p.set_defaults(run=run)
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     pcm = bytearray()
     failed = False
     usage: dict = {}
-    with grpc.insecure_channel(args.addr, options=channel_options()) as channel:
+    with gateway_channel(args) as channel:
         stub = omni_pb2_grpc.OmniStub(channel)
         try:
             for ev in stub.Chat(request, metadata=metadata, timeout=args.timeout):

@@ -9,13 +9,14 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
-from runtime.channels import channel_options
+from gateway.cli.dial import add_tls_arguments, gateway_channel
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="describe a running mesh: its stages, builds, devices, limits and voices")
     p.add_argument("--addr", default="127.0.0.1:50051", help="gateway address (default 127.0.0.1:50051)")
     p.add_argument("--api-key", default=None, help="sent as `authorization: Bearer <key>`")
+    add_tls_arguments(p)
     p.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds (default 30)")
     p.add_argument("--json", action="store_true", help="the whole OmniInfo as one JSON object")
     p.set_defaults(run=run)
@@ -35,7 +36,7 @@ def describe(info: omni_pb2.OmniInfo) -> str:
 
 def run(args: argparse.Namespace) -> int:
     metadata = [("authorization", f"Bearer {args.api_key}")] if args.api_key else None
-    with grpc.insecure_channel(args.addr, options=channel_options()) as channel:
+    with gateway_channel(args) as channel:
         try:
             info = omni_pb2_grpc.OmniStub(channel).Info(common_pb2.InfoRequest(), metadata=metadata,
                                                          timeout=args.timeout)

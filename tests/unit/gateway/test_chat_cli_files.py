@@ -35,3 +35,11 @@ def test_a_directory_is_not_a_media_file(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["chat", "--addr", "127.0.0.1:9", "--image", str(tmp_path), "hi"])
     assert f"{tmp_path}: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["chat", "info"])
+def test_a_missing_ca_file_names_the_flag(command: str, tmp_path) -> None:
+    missing = tmp_path / "ca.pem"
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--addr", "127.0.0.1:9", "--ca", str(missing), *(["hi"] if command == "chat" else [])])
+    assert exit_info.value.code == f"error: --ca {missing}: No such file or directory"
