@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -33,6 +33,19 @@ class Child:
     grpc_port: int = 0
     metrics_port: int = -1
     http_port: int = 0  # an HTTP child (the OpenAI front): health is GET /health, it has no gRPC port
+    command: list[str] = field(default_factory=list)  # to start it again
+    restarts: int = 0
+    restart_at: float | None = None  # when a failed child is started again (its backoff)
+
+    def pinned_command(self) -> list[str]:
+        """Its command with the ports it got first, so peers and scrapers find it where it was (last flag wins)."""
+        if self.http_port:
+            return [*self.command, "--port", str(self.http_port)]
+        metrics = ["--metrics-port", str(self.metrics_port)] if self.metrics_port >= 0 else []
+        return [*self.command, "--port", str(self.grpc_port), *metrics]
+
+
+MAX_BACKOFF_S = 30.0  # Kubernetes' CrashLoopBackOff doubles to 5 minutes; a local mesh wants its stage back sooner
 
 
 def dial_host(listen_host: str) -> str:
@@ -67,7 +80,7 @@ class Supervisor:
             cmd = [sys.executable, "-m", module, *args]
             log.info("starting %s: %s", name, " ".join(cmd))
             children.append(Child(name, subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True),
-                                  dial_host(host or self.host)))
+                                  dial_host(host or self.host), command=cmd))
             self.children.append(children[-1])
         outcomes: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
 
@@ -122,9 +135,10 @@ class Supervisor:
                 time.sleep(0.2)
         raise StartFailed(f"{child.name} never reported SERVING on port {child.grpc_port}")
 
-    def wait(self, health_every_s: float = 2.0) -> int:
-        """Blocks until a signal, a child's exit, or a child reporting NOT_SERVING (a stage whose compute failed for
-        good says so on its health service and in its log); returns the exit code for `omnimesh up`."""
+    def wait(self, health_every_s: float = 2.0, restart: bool = False) -> int:
+        """Blocks until a signal; returns the exit code for `omnimesh up`. A child that exits or reports NOT_SERVING
+        (a stage whose compute failed for good says so on its health service and in its log) is started again on
+        its ports after a backoff doubling from 1 s, as Kubernetes would; without `restart` it stops the mesh."""
         stop = {"signal": None}
 
         def on_signal(signum: int, _frame: object) -> None:
@@ -132,31 +146,71 @@ class Supervisor:
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            return self._watch_children(stop, health_every_s)
+            return self._watch_children(stop, health_every_s, restart)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def _watch_children(self, stop: dict, health_every_s: float) -> int:
+    def _watch_children(self, stop: dict, health_every_s: float, restart: bool) -> int:
         next_health = time.monotonic() + health_every_s
         while stop["signal"] is None:
             for child in self.children:
                 code = child.process.poll()
-                if code is not None:
-                    log.error("%s exited with code %s; stopping the mesh", child.name, code)
-                    self.stop_all()
-                    return 1
+                if code is not None and child.restart_at is None:
+                    if not restart:
+                        log.error("%s exited with code %s; stopping the mesh", child.name, code)
+                        self.stop_all()
+                        return 1
+                    self._schedule_restart(child, f"exited with code {code}")
+                if child.restart_at is not None and time.monotonic() >= child.restart_at:
+                    self._restart(child)
             if time.monotonic() >= next_health:
-                sick = next((c for c in self.children if self._not_serving(c)), None)
-                if sick is not None:
+                sick = next((c for c in self.children if c.restart_at is None and self._not_serving(c)), None)
+                if sick is not None and not restart:
                     log.error("%s reports NOT_SERVING (its log says why); stopping the mesh", sick.name)
                     self.stop_all()
                     return 1
+                if sick is not None:
+                    self._stop(sick)
+                    self._schedule_restart(sick, "reported NOT_SERVING (its log says why)")
                 next_health = time.monotonic() + health_every_s
             time.sleep(0.2)
         log.info("signal %s: stopping the mesh", stop["signal"])
         self.stop_all()
         return 0
+
+    def _schedule_restart(self, child: Child, why: str) -> None:
+        delay = min(MAX_BACKOFF_S, 2.0 ** child.restarts)
+        log.error("%s %s; starting it again in %.0f s (restart %d)", child.name, why, delay, child.restarts + 1)
+        child.restart_at = time.monotonic() + delay
+
+    def _restart(self, child: Child, ready_timeout_s: float = 900.0) -> None:
+        """Starts it again on its ports; it comes up on a thread while the others are watched. A start that fails
+        ends its process, which the watch sees as the next failure."""
+        child.restarts += 1
+        child.restart_at = None
+        child.process = subprocess.Popen(child.pinned_command(), stdout=subprocess.PIPE, text=True)
+
+        def bring_up() -> None:
+            try:
+                self._read_ready(child, ready_timeout_s)
+                self._wait_healthy(child, ready_timeout_s)
+                log.info("%s is back (restart %d)", child.name, child.restarts)
+            except StartFailed as err:
+                log.error("%s", err)
+                if child.process.poll() is None:
+                    child.process.kill()
+
+        threading.Thread(target=bring_up, name=f"restart-{child.name}", daemon=True).start()
+
+    @staticmethod
+    def _stop(child: Child, grace_s: float = 30.0) -> None:
+        child.process.send_signal(signal.SIGTERM)
+        try:
+            child.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            child.process.wait()
 
     def _wait_http_healthy(self, child: Child, timeout_s: float) -> None:
         url = f"http://{target(child.host, child.http_port)}/health"

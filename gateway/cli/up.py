@@ -32,6 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--http-port", type=int, default=None,
                    help="also serve the OpenAI-compatible HTTP API on this port (0: a free one), on --host")
     p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds a stage may take to load")
+    p.add_argument("--exit-on-failure", action="store_true",
+                   help="stop the mesh when a stage exits or reports NOT_SERVING (default: start it again with "
+                        "backoff, as Kubernetes would)")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="for `up` and every stage process")
     p.set_defaults(run=run)
@@ -93,4 +96,4 @@ def _run_mesh(mesh: MeshConfig, model_dir: Path, workdir: Path, args: argparse.N
     print(MESH_PREFIX + json.dumps({c.name: {"grpc_port": c.grpc_port, "metrics_port": c.metrics_port,
                                              "pid": c.process.pid} | ({"http_port": c.http_port} if c.http_port else {})
                                     for c in sup.children}), flush=True)
-    return sup.wait()
+    return sup.wait(restart=not args.exit_on_failure)

@@ -1,6 +1,9 @@
 """The supervisor starts processes together and gives up on the first that fails, without waiting for the rest."""
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 
 import pytest
@@ -48,3 +51,40 @@ def test_a_child_that_exits_stops_the_mesh() -> None:
         sup.stop_all(grace_s=5)
     assert [c.process.returncode for c in sup.children][1] == 3
     assert sup.children[0].process.poll() is not None
+
+
+def stop_in(seconds: float) -> threading.Timer:
+    """SIGTERM to this process later: `wait` returns on it (it runs on the main thread, as signal handlers must)."""
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    return timer
+
+
+def test_a_child_that_exits_is_started_again_on_its_port_with_backoff() -> None:
+    sup = Supervisor("127.0.0.1")
+    child = "tests.unit.gateway.health_flip_child"
+    try:
+        steady, crashing = sup.start_together([("steady", child, ["60"]), ("crashing", child, ["1.0", "exit"])],
+                                              ready_timeout_s=30)
+        steady_pid, port = steady.process.pid, crashing.grpc_port
+        stop_in(7.0)
+        assert sup.wait(health_every_s=30, restart=True) == 0  # the signal, not the crash, ends it
+        assert crashing.restarts >= 2  # exits at 1 s, back after 1 s, exits again, back after 2 s
+        assert crashing.grpc_port == port and f"--port {port}" in " ".join(crashing.pinned_command())
+        assert steady.process.pid == steady_pid and steady.restarts == 0
+    finally:
+        sup.stop_all(grace_s=5)
+    assert all(c.process.poll() is not None for c in sup.children)
+
+
+def test_a_child_that_reports_not_serving_is_stopped_and_started_again() -> None:
+    sup = Supervisor("127.0.0.1")
+    child = "tests.unit.gateway.health_flip_child"
+    try:
+        (sick,) = sup.start_together([("sick", child, ["1.0"])], ready_timeout_s=30)
+        first_pid = sick.process.pid
+        stop_in(6.0)
+        assert sup.wait(health_every_s=0.5, restart=True) == 0
+        assert sick.restarts >= 1 and sick.process.pid != first_pid
+    finally:
+        sup.stop_all(grace_s=5)
