@@ -34,8 +34,9 @@ async def grpc_one(client: object, prompt: str, max_tokens: int) -> Sample:
     t0 = time.perf_counter()
     ttft, tokens = None, 0
     async for event in client.chat_stream(prompt, max_tokens=max_tokens, ignore_eos=True, temperature=0.0):
-        if isinstance(event, TextDelta) and event.token_ids:
-            ttft = ttft if ttft is not None else time.perf_counter() - t0
+        if isinstance(event, TextDelta):
+            if event.text and ttft is None:  # first visible text, as on the HTTP path
+                ttft = time.perf_counter() - t0
             tokens += len(event.token_ids)
     return Sample(ttft or 0.0, tokens)
 
@@ -51,6 +52,21 @@ async def http_one(client: object, prompt: str, max_tokens: int) -> Sample:
             ttft = ttft if ttft is not None else time.perf_counter() - t0
         if chunk.usage is not None:
             tokens = chunk.usage.completion_tokens
+    return Sample(ttft or 0.0, tokens)
+
+
+async def raw_one(client: object, prompt: str, max_tokens: int) -> Sample:
+    """The same request with a bare HTTP client reading SSE lines: no per-chunk parsing on the client's CPU."""
+    body = {"model": "omni", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    t0 = time.perf_counter()
+    ttft, tokens = None, 0
+    async with client.stream("POST", "chat/completions", json=body) as answer:
+        async for line in answer.aiter_lines():
+            if ttft is None and '"content":"' in line and '"role"' not in line:
+                ttft = time.perf_counter() - t0
+            elif line.startswith('data: {') and '"usage":{' in line:
+                tokens = json.loads(line[6:])["usage"]["completion_tokens"]
     return Sample(ttft or 0.0, tokens)
 
 
@@ -77,10 +93,16 @@ async def measure(args: argparse.Namespace, grpc_addr: str, http_url: str) -> di
     from omnimesh import AsyncClient
 
     grpc_client = AsyncClient(grpc_addr, api_key=args.api_key)
-    http_client = openai.AsyncOpenAI(base_url=http_url, api_key=args.api_key or "none", max_retries=0, timeout=600)
-    paths = {"grpc": (grpc_one, grpc_client), "http": (http_one, http_client)}
+    if args.http_client == "openai":
+        http_client = openai.AsyncOpenAI(base_url=http_url, api_key=args.api_key or "none", max_retries=0,
+                                         timeout=600)
+    else:
+        headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+        http_client = _httpx().AsyncClient(base_url=http_url.rstrip("/") + "/", headers=headers, timeout=600)
+    http = http_one if args.http_client == "openai" else raw_one
+    paths = {"grpc": (grpc_one, grpc_client), "http": (http, http_client)}
     await closed_loop(grpc_one, grpc_client, 4, 8, args.max_tokens)  # warm-up: the engine and both connections
-    await closed_loop(http_one, http_client, 4, 8, args.max_tokens)
+    await closed_loop(http, http_client, 4, 8, args.max_tokens)
     results: dict = {}
     for c in args.concurrency:
         runs: dict[str, list[dict]] = {"grpc": [], "http": []}
@@ -97,8 +119,17 @@ async def measure(args: argparse.Namespace, grpc_addr: str, http_url: str) -> di
               f"({results[str(c)]['overhead_tok_per_s_pct']:+.1f}%); TTFT p50 grpc {best['grpc']['ttft_p50_ms']:.1f} "
               f"ms, http {best['http']['ttft_p50_ms']:.1f} ms", flush=True)
     await grpc_client.close()
-    await http_client.close()
+    await (http_client.close() if args.http_client == "openai" else http_client.aclose())
     return results
+
+
+def _httpx() -> object:
+    """The HTTP client the installed openai package is built on (httpx, or its successor httpx2)."""
+    try:
+        import httpx
+    except ImportError:
+        import httpx2 as httpx
+    return httpx
 
 
 def start_mesh() -> tuple[object, str, str]:
@@ -123,6 +154,8 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=64, help="streams per run (at least the concurrency)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2, help="runs per path and concurrency; the best counts")
+    p.add_argument("--http-client", choices=("openai", "raw"), default="openai",
+                   help="openai: the official SDK; raw: SSE lines unparsed (less client CPU beside the server's)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     mesh = None
@@ -136,6 +169,7 @@ def main() -> int:
         if mesh is not None:
             mesh.stop()
     args.out.write_text(json.dumps({"max_tokens": args.max_tokens, "requests": args.requests,
+                                    "http_client": args.http_client,
                                     "by_concurrency": results}, indent=2))
     return 0
 

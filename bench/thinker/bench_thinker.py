@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 
 import torch  # noqa: E402
 
-from bench.moe_routing import routing_record, step_experts_touched  # noqa: E402
+from bench.moe_routing import ROW_COUNTS, routing_record, step_experts_touched  # noqa: E402
 from bench.thinker import engine_loop, gateway_loop  # noqa: E402
 from bench.thinker.args import add_arguments, command_line  # noqa: E402
 from bench.thinker.hf_baseline import hf_generate  # noqa: E402
@@ -217,7 +217,8 @@ class Bench:
         t0 = time.perf_counter()
         used = {seq for step in trace.steps for seq, _ in step}
         experts = replay_experts(model, {s: trace.tokens[s] for s in used})
-        touched = step_experts_touched(trace.steps, experts, self.cfg.num_experts, self.cfg.num_experts_per_tok)
+        rows = sorted(set(ROW_COUNTS) | set(self.args.concurrency))
+        touched = step_experts_touched(trace.steps, experts, self.cfg.num_experts, self.cfg.num_experts_per_tok, rows)
         self.result["routing"] = routing_record(
             self.args.routing, touched, "the engine levels' decode steps, their sequences replayed through the same "
             "weights with the routers tapped (bench/thinker/routing_replay.py); the gateway run serves the same "

@@ -75,7 +75,7 @@ def load_thinker_weights(model: torch.nn.Module, checkpoint: Path) -> str:
             nested = key.replace("model.", "model.language_model.", 1)  # transformers 5 nests the LM
             state[nested if key not in names and nested in names else key] = t
     missing, unexpected = model.load_state_dict(state, strict=False)
-    text_missing = [m for m in missing if not m.startswith(("model.audio_tower.", "model.visual."))]
+    text_missing = [m for m in missing if "audio_tower." not in m and "visual." not in m]
     if text_missing or unexpected:
         raise ValueError(f"checkpoint does not fit transformers' thinker: missing {text_missing[:5]}, "
                          f"unexpected {unexpected[:5]}")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
+from bench.moe_routing import validate_routing_record
 from bench.thinker.random_model import random_state, write_checkpoint
 from bench.thinker.workload import PromptMaker
 from gateway.cli.main import main as omnimesh
@@ -33,7 +35,10 @@ def test_tiny_bench_through_the_cli(tmp_path: Path) -> None:
         assert result[mode]["long_prompt"]["requests"] == 1
     assert result["errors"] == {} and result["engine"]["levels"][0]["decode_steps"]["steps"] > 0
     assert [r["batch"] for r in result["transformers"]["runs"]] == [1]
+    assert result["transformers"]["runs"][0]["experts_touched"]["measured"] == 2  # demo: top-2 at one row
     assert "c1_over_transformers_b1" in result["summary"]["engine"]
+    validate_routing_record(result["routing"])
+    assert result["routing"]["mode"] == "balanced" and set(result["routing"]["experts_touched"]) == {"1", "2"}
 
 
 def test_sampled_requests_take_the_models_defaults_seeded(tmp_path: Path) -> None:
@@ -67,10 +72,13 @@ def test_random_checkpoint_loads_back_exactly(tmp_path: Path, demo_ckpt: Path) -
     assert (tmp_path / "ckpt" / "tokenizer.json").exists() and (tmp_path / "ckpt" / "chat_template.json").exists()
 
 
-def test_prompts_have_exactly_the_asked_length(demo_ckpt: Path) -> None:
+@pytest.mark.parametrize("routing", ["balanced", "native"])
+def test_prompts_have_exactly_the_asked_length(demo_ckpt: Path, routing: str) -> None:
     for length in (32, 1024):
-        maker = PromptMaker(demo_ckpt, length)
+        maker = PromptMaker(demo_ckpt, length, routing)
         prompts = [maker.make(i) for i in range(0, 200, 7 if length == 32 else 37)]
         assert all(len(p.token_ids) == length for p in prompts)
         # distinct first words, so no two prompts share a cached prefix block
-        assert len({p.token_ids[3] for p in prompts}) == min(len(prompts), len(maker.words))
+        assert len({p.token_ids[3] for p in prompts}) == min(len(prompts), len(maker.first_words))
+    if routing == "balanced":  # drawn over the vocabulary's ordinary tokens: tens of thousands, not 40
+        assert len(maker.words) > 10_000 and len(set(maker.make(0).token_ids)) > 20
