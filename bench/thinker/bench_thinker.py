@@ -85,9 +85,10 @@ def provenance_of(command: str, device: torch.device) -> dict[str, Any]:
         versions.update(triton=triton.__version__, transformers=transformers.__version__)
     except ImportError:
         pass
-    commit = git.stdout.strip()
-    if len(commit) != 40:  # a copy without git history (the GPU machine): the caller names it
-        commit = os.environ.get("OMNIMESH_COMMIT", "unknown: no git history here; set OMNIMESH_COMMIT")
+    # the GPU machine's copy carries a stale .git (or none): there the caller names the commit it sent
+    commit = os.environ.get("OMNIMESH_COMMIT") or git.stdout.strip()
+    if len(commit) != 40:
+        commit = "unknown: no git history here; set OMNIMESH_COMMIT"
     return {"commit": commit, "uncommitted_changes": bool(dirty.stdout.strip()),
             "date": datetime.now(timezone.utc).isoformat(), "device": name, "versions": versions,
             "command": command}
