@@ -36,3 +36,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def asr_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The seed-0 Qwen3-ASR demo checkpoint (`-hf` layout) in a session tmp dir, copied from its build cache."""
+    import shutil
+
+    from runtime.checkpoint.asr.demo_cache import cached_asr_demo_checkpoint
+
+    out = tmp_path_factory.mktemp("asr_ckpt")
+    shutil.copytree(cached_asr_demo_checkpoint(0), out, dirs_exist_ok=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def hf_asr(asr_ckpt: Path) -> Any:
+    """The Qwen3-ASR demo checkpoint in transformers: fp32, eval, sdpa. Do not mutate."""
+    transformers = pytest.importorskip("transformers")
+    return transformers.Qwen3ASRForConditionalGeneration.from_pretrained(
+        asr_ckpt, dtype=torch.float32, attn_implementation="sdpa").eval()

@@ -1,20 +1,29 @@
-"""`omnimesh demo-checkpoint`: writes the tiny random Qwen3-Omni checkpoint."""
+"""`omnimesh demo-checkpoint`: writes a tiny random checkpoint (Qwen3-Omni, or Qwen3-ASR with --model qwen3-asr)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+DEMO_MODELS = ("qwen3-omni", "qwen3-asr")
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo-checkpoint", help="write a tiny randomly initialised Qwen3-Omni in HF format")
+    p = sub.add_parser("demo-checkpoint", help="write a tiny randomly initialised Qwen3-Omni or Qwen3-ASR in HF format")
+    p.add_argument("--model", choices=DEMO_MODELS, default="qwen3-omni",
+                   help="which family (qwen3-asr: the -hf layout of Qwen3-ASR)")
     p.add_argument("--out", type=Path, required=True, help="directory to write")
     p.add_argument("--seed", type=int, default=0, help="weights seed (same seed, same bytes)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from runtime.checkpoint.demo import build_demo_checkpoint
+    if args.model == "qwen3-asr":
+        from runtime.checkpoint.asr.demo import build_asr_demo_checkpoint
 
-    path = build_demo_checkpoint(args.out, seed=args.seed)
+        path = build_asr_demo_checkpoint(args.out, seed=args.seed)
+    else:
+        from runtime.checkpoint.demo import build_demo_checkpoint
+
+        path = build_demo_checkpoint(args.out, seed=args.seed)
     print(path)
     return 0

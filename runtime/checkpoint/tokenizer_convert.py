@@ -11,6 +11,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from collections.abc import Sequence
+
 from runtime.checkpoint.token_ids import NUM_REGULAR_TOKENS, SPECIAL_TOKENS
 
 # Qwen2's pre-tokenizer: like GPT-4's but digits split one by one (`\p{N}`, not `\p{N}{1,3}`).
@@ -78,8 +80,12 @@ def vocab_and_merges(ranks: dict[bytes, int]) -> tuple[dict[str, int], list[tupl
     return vocab, [(left, right) for _, _, _, left, right in merges]
 
 
-def build_tokenizer_json(tiktoken_file: Path) -> str:
-    """The serialized `tokenizers` pipeline: NFC, Qwen2 split, byte-level BPE, then the 33 specials at 151643.."""
+def build_tokenizer_json(tiktoken_file: Path, specials: Sequence[str] = SPECIAL_TOKENS,
+                         plain: frozenset[str] = frozenset()) -> str:
+    """The serialized `tokenizers` pipeline: NFC, Qwen2 split, byte-level BPE, then `specials` at 151643.. in order.
+
+    Tokens in `plain` are added tokens that decoding keeps even with `skip_special_tokens` (Qwen3-ASR's `<asr_text>`).
+    """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import BPE
 
@@ -99,13 +105,19 @@ def build_tokenizer_json(tiktoken_file: Path) -> str:
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     # Added in id order so that each lands on its real id (151643 + position).
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIAL_TOKENS])
+    for s in specials:  # one at a time: special and plain tokens interleave and each must land on its own id
+        if s in plain:
+            tok.add_tokens([AddedToken(s, special=False, normalized=False)])
+        else:
+            tok.add_special_tokens([AddedToken(s, special=True, normalized=False)])
     return tok.to_str(pretty=False)
 
 
-def cache_key(tiktoken_file: Path) -> str:
+def cache_key(tiktoken_file: Path, specials: Sequence[str] = SPECIAL_TOKENS,
+              plain: frozenset[str] = frozenset()) -> str:
     h = hashlib.sha256()
-    for part in (CONVERTER_VERSION, QWEN2_PATTERN, "\n".join(SPECIAL_TOKENS)):
+    plain_part = ("plain:" + "\n".join(sorted(plain)),) if plain else ()  # Omni's key stays what it was
+    for part in (CONVERTER_VERSION, QWEN2_PATTERN, "\n".join(specials), *plain_part):
         h.update(part.encode())
         h.update(b"\0")
     h.update(tiktoken_file.read_bytes())
@@ -116,15 +128,16 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "omnimesh" / "tokenizer"
 
 
-def cached_tokenizer_json(cache_dir: Path | None = None, tiktoken_file: Path | None = None) -> Path:
+def cached_tokenizer_json(cache_dir: Path | None = None, tiktoken_file: Path | None = None,
+                          specials: Sequence[str] = SPECIAL_TOKENS, plain: frozenset[str] = frozenset()) -> Path:
     """Path of the converted `tokenizer.json`, converting once per distinct input and reusing it after."""
     tiktoken_file = tiktoken_file or qwen_tiktoken_path()
-    entry = (cache_dir or default_cache_dir()) / cache_key(tiktoken_file)
+    entry = (cache_dir or default_cache_dir()) / cache_key(tiktoken_file, specials, plain)
     target = entry / TOKENIZER_JSON
     if target.exists():
         return target
     entry.mkdir(parents=True, exist_ok=True)
-    text = build_tokenizer_json(tiktoken_file)
+    text = build_tokenizer_json(tiktoken_file, specials, plain)
     # Atomic publish: concurrent test processes may convert at the same time; either result is identical.
     fd, tmp = tempfile.mkstemp(dir=entry, prefix=".tokenizer-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -1,0 +1,36 @@
+"""A per-user cache of built Qwen3-ASR demo checkpoints, keyed like the Omni one (builder sources, library versions)."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+from runtime.checkpoint.asr.demo import build_asr_demo_checkpoint
+from runtime.checkpoint.demo_cache import builder_fingerprint
+
+ASR_PACKAGE_DIR = Path(__file__).parent
+
+
+def asr_fingerprint(seed: int) -> str:
+    h = hashlib.sha256(builder_fingerprint(seed).encode())
+    for source in sorted(ASR_PACKAGE_DIR.glob("*.py")):
+        h.update(source.name.encode())
+        h.update(source.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cached_asr_demo_checkpoint(seed: int = 0, cache_dir: Path | None = None) -> Path:
+    """A built Qwen3-ASR demo checkpoint for `seed`, built on first use. Treat it as read-only."""
+    root = cache_dir or Path.home() / ".cache" / "omnimesh" / "demo_ckpt"
+    target = root / f"asr-seed{seed}-{asr_fingerprint(seed)}"
+    if (target / "model.safetensors").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=".building-asr-"))
+    build_asr_demo_checkpoint(staging, seed=seed)
+    try:
+        staging.rename(target)  # atomic publish; a concurrent builder's identical copy may have won
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
