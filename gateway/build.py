@@ -1,7 +1,6 @@
 """Assembles the gateway: stage channels, prompt builder, OmniService and its servicer on a StageServer."""
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from collections.abc import Callable
 from functools import partial
@@ -12,6 +11,7 @@ import grpc
 from omnimesh.v1 import common_pb2, omni_pb2
 from runtime.build_info import build_string
 from runtime.channels import open_channel
+from runtime.checkpoint.family import read_family
 from runtime.config import MeshConfig
 from runtime.server import StageServer
 from runtime.tls import stage_channel_credentials
@@ -64,7 +64,7 @@ def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer,
                              video_fps=gw.video_fps)
     if mesh.audio.enabled and mesh.audio.address:
         audio = AudioClient(dial(mesh.audio.address), server.metrics)
-    num_deepstack = len(json.loads((model_dir / "config.json").read_text())["thinker_config"]["vision_config"]
-                        .get("deepstack_visual_indexes", []))
+    vision_config = read_family(model_dir).thinker.get("vision_config") or {}
+    num_deepstack = len(vision_config.get("deepstack_visual_indexes", []))
     return MediaPipeline(vision_cfg, vision, num_deepstack, audio, gw.max_audio_seconds, gw.max_media_bytes)
 

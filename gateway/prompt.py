@@ -1,9 +1,9 @@
 """Chat turns -> the thinker's prompt: chat template applied, media placeholders expanded (and interleaved)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from runtime.checkpoint.family import read_family
 from runtime.chat_template import ChatMessage, MediaPart, MediaSpan, PromptIds, TextPart, build_prompt_ids
 from runtime.chat_template import load_chat_template
 from runtime.tokenizer import Tokenizer
@@ -26,7 +26,7 @@ class PromptBuilder:
 
     @classmethod
     def from_dir(cls, model_dir: Path, allow_special_tokens: bool = False) -> PromptBuilder:
-        thinker = json.loads((model_dir / "config.json").read_text())["thinker_config"]
+        thinker = read_family(model_dir).thinker
         return cls(Tokenizer.from_dir(model_dir), load_chat_template(model_dir),
                    int(thinker.get("position_id_per_seconds", 13)), allow_special_tokens)
 

@@ -9,6 +9,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from runtime.checkpoint.family import read_family
 from runtime.config import MeshConfig, load_mesh_config, write_mesh_config
 from runtime.logs import configure_logging
 from runtime.model_path import resolve_model
@@ -59,8 +60,20 @@ def _up(args: argparse.Namespace) -> int:
                         host=args.host or gw_server.host)
     mesh = replace(mesh, gateway=replace(mesh.gateway, server=gw_server))
     model_dir = resolve_model(mesh.model)  # builds the demo checkpoint once, before any child needs it
+    mesh = only_stages_of(mesh, model_dir)
     with tempfile.TemporaryDirectory(prefix="omnimesh-up-") as workdir:  # the resolved config, API keys included
         return _run_mesh(mesh, model_dir, Path(workdir), args)
+
+
+def only_stages_of(mesh: MeshConfig, model_dir: Path) -> MeshConfig:
+    """Stages the checkpoint's model has no use for are not started (Qwen3-ASR: audio and thinker only); the
+    gateway then answers their inputs and outputs UNIMPLEMENTED."""
+    family = read_family(model_dir)
+    for stage in STAGE_MODULES:
+        if stage not in family.stages and mesh.stage(stage).enabled:
+            log.info("%s: not started, %s (%s) has no use for it", stage, model_dir, family.family)
+            mesh = replace(mesh, **{stage: replace(mesh.stage(stage), enabled=False)})
+    return mesh
 
 
 def _run_mesh(mesh: MeshConfig, model_dir: Path, workdir: Path, args: argparse.Namespace) -> int:

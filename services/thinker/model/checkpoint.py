@@ -1,4 +1,5 @@
-"""Maps a checkpoint's `thinker.model.*` / `thinker.lm_head.*` tensors onto ThinkerLM's state dict, fusing experts."""
+"""Maps a checkpoint's decoder and LM head tensors (`thinker.model.*` / `thinker.lm_head.*` in Qwen3-Omni,
+`model.language_model.*` with a tied head in `-hf` Qwen3-ASR) onto ThinkerLM's state dict, fusing experts."""
 from __future__ import annotations
 
 import re
@@ -6,11 +7,10 @@ from pathlib import Path
 
 import torch
 
+from runtime.checkpoint.family import read_family
 from runtime.weights import load_component
 from services.thinker.model.config import ThinkerConfig
 
-LM_PREFIX = "thinker.model."
-HEAD_PREFIX = "thinker.lm_head."
 _EXPERT = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
 _FUSED = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 
@@ -18,10 +18,15 @@ _FUSED = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 def load_thinker_state_dict(
     ckpt_dir: Path | str, cfg: ThinkerConfig, device: torch.device | str, dtype: torch.dtype
 ) -> dict[str, torch.Tensor]:
-    """ThinkerLM's state dict read from the checkpoint; no other stage's tensors are opened."""
-    tensors = load_component(Path(ckpt_dir), LM_PREFIX, device=device, dtype=dtype)
-    head = load_component(Path(ckpt_dir), HEAD_PREFIX, device=device, dtype=dtype)
-    tensors["lm_head.weight"] = head["weight"]
+    """ThinkerLM's state dict read from the checkpoint; no other stage's tensors are opened. A tied head is the
+    embedding tensor itself (one copy in memory)."""
+    family = read_family(ckpt_dir)
+    tensors = load_component(Path(ckpt_dir), family.lm_prefix, device=device, dtype=dtype)
+    if family.head_prefix is None or cfg.tie_word_embeddings:
+        tensors["lm_head.weight"] = tensors["embed_tokens.weight"]
+    else:
+        tensors["lm_head.weight"] = load_component(Path(ckpt_dir), family.head_prefix, device=device,
+                                                   dtype=dtype)["weight"]
     return fuse_experts(tensors, cfg)
 
 

@@ -1,10 +1,12 @@
-"""The Thinker LM's dimensions and special token ids, read from an HF Qwen3-Omni `config.json`."""
+"""The Thinker LM's dimensions and special token ids, read from an HF Qwen3-Omni or Qwen3-ASR `config.json`."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runtime.checkpoint.family import family_of
 
 # Real Qwen3-Omni ids, used only when a config.json leaves an id out (the released configs name every one).
 _DEFAULT_IDS = {
@@ -62,6 +64,7 @@ class ThinkerConfig:
     audio_n_window: int  # AuT chunk is 2 * n_window mel frames; fixes audio tokens per clip
     num_deepstack: int  # vision deepstack features, added after decoder layers 0 .. num_deepstack-1
     accept_hidden_layer: int | None  # decoder layer (1-based) whose output the talker consumes; None without a talker
+    tie_word_embeddings: bool = False  # Qwen3-ASR: the LM head is embed_tokens
 
     def __post_init__(self) -> None:
         if sum(self.mrope_section) != self.head_dim // 2:
@@ -74,7 +77,7 @@ class ThinkerConfig:
                 f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}; "
                 "grouped-query attention needs whole groups"
             )
-        if not 0 < self.num_experts_per_tok <= self.num_experts:
+        if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
             raise ValueError(
                 f"num_experts_per_tok {self.num_experts_per_tok} must be in 1..num_experts ({self.num_experts})"
             )
@@ -99,7 +102,7 @@ class ThinkerConfig:
 
     @classmethod
     def from_checkpoint(cls, ckpt_dir: Path | str) -> ThinkerConfig:
-        """Read `ckpt_dir/config.json` (a full Qwen3-Omni config, or a bare thinker config)."""
+        """Read `ckpt_dir/config.json` (Qwen3-Omni, Qwen3-ASR in either layout, or a bare thinker config)."""
         path = Path(ckpt_dir) / "config.json"
         if not path.exists():
             raise FileNotFoundError(f"{path} not found; ckpt_dir must be an HF Qwen3-Omni checkpoint directory")
@@ -107,7 +110,9 @@ class ThinkerConfig:
 
     @classmethod
     def from_dict(cls, root: dict[str, Any]) -> ThinkerConfig:
-        thinker = root.get("thinker_config", root)
+        """A dense decoder (Qwen3-ASR's Qwen3) has no experts: every layer takes the dense MLP."""
+        asr = root.get("model_type") == "qwen3_asr"
+        thinker = family_of(root).thinker if asr else root.get("thinker_config", root)
         text = thinker.get("text_config")
         if text is None:
             raise ValueError("config.json has no thinker_config.text_config; is it a Qwen3-Omni checkpoint?")
@@ -124,13 +129,13 @@ class ThinkerConfig:
             num_kv_heads=text["num_key_value_heads"],
             head_dim=text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"],
             intermediate_size=text.get("intermediate_size", 0),
-            moe_intermediate_size=text["moe_intermediate_size"],
-            num_experts=text["num_experts"],
-            num_experts_per_tok=text["num_experts_per_tok"],
+            moe_intermediate_size=text.get("moe_intermediate_size", 0),
+            num_experts=text.get("num_experts", 0),
+            num_experts_per_tok=text.get("num_experts_per_tok", 0),
             norm_topk_prob=bool(text.get("norm_topk_prob", True)),
             rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
             rope_theta=_rope_theta(text),
-            mrope_section=_mrope_section(text),
+            mrope_section=_mrope_section(text, asr),
             max_position_embeddings=text.get("max_position_embeddings", 32768),
             decoder_sparse_step=text.get("decoder_sparse_step", 1),
             mlp_only_layers=tuple(text.get("mlp_only_layers") or ()),
@@ -139,8 +144,9 @@ class ThinkerConfig:
             position_id_per_seconds=thinker.get("position_id_per_seconds", 13),
             spatial_merge_size=vision.get("spatial_merge_size", 2),
             audio_n_window=audio.get("n_window", 50),
-            num_deepstack=len(vision.get("deepstack_visual_indexes", (8, 16, 24))),
+            num_deepstack=0 if asr else len(vision.get("deepstack_visual_indexes", (8, 16, 24))),
             accept_hidden_layer=talker.get("accept_hidden_layer") if talker else None,
+            tie_word_embeddings=bool(text.get("tie_word_embeddings", thinker.get("tie_word_embeddings", False))),
         )
 
 
@@ -166,7 +172,12 @@ def _rope_theta(text: dict[str, Any]) -> float:
     return float(params.get("rope_theta", text.get("rope_theta", 1e6)))
 
 
-def _mrope_section(text: dict[str, Any]) -> tuple[int, int, int]:
+def _mrope_section(text: dict[str, Any], one_axis: bool) -> tuple[int, int, int]:
+    """`one_axis` (1-D RoPE): every frequency reads the t row; the rows are equal for text and audio, so this is
+    plain RoPE."""
+    if one_axis and "mrope_section" not in _rope_params(text):
+        head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+        return (head_dim // 2, 0, 0)
     section = _rope_params(text).get("mrope_section", [24, 20, 20])
     if len(section) != 3:
         raise ValueError(f"mrope_section {section} must have 3 entries (t, h, w)")

@@ -1,0 +1,68 @@
+"""Model recognition from config.json: Qwen3-Omni (with or without a talker) and Qwen3-ASR in both layouts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.cli.up import only_stages_of
+from runtime.checkpoint.asr.demo import original_config
+from runtime.checkpoint.asr.demo_config import demo_config as asr_config
+from runtime.checkpoint.demo_config import demo_config as omni_config
+from runtime.checkpoint.family import family_of, read_family
+from runtime.config import MeshConfig
+
+
+def test_omni_with_talker() -> None:
+    family = family_of(omni_config())
+    assert (family.family, family.stages, family.serves_speech) == ("qwen3-omni", ("vision", "audio", "talker",
+                                                                                  "thinker"), True)
+    assert (family.lm_prefix, family.head_prefix) == ("thinker.model.", "thinker.lm_head.")
+
+
+def test_omni_without_audio_output_has_no_talker() -> None:
+    cfg = omni_config() | {"enable_audio_output": False}
+    assert family_of(cfg).stages == ("vision", "audio", "thinker")
+    del cfg["talker_config"]
+    assert not family_of(cfg | {"enable_audio_output": True}).serves_speech
+
+
+def test_asr_hf_layout() -> None:
+    family = family_of(asr_config())
+    assert (family.family, family.layout, family.stages) == ("qwen3-asr", "hf", ("audio", "thinker"))
+    assert (family.lm_prefix, family.head_prefix) == ("model.language_model.", None)
+    assert (family.audio_prefix, family.projector_prefix) == ("model.audio_tower.", "model.multi_modal_projector.")
+    assert family.thinker["audio_token_id"] == 151676 and not family.serves_vision
+
+
+def test_asr_original_layout() -> None:
+    family = family_of(original_config(asr_config()))
+    assert (family.family, family.layout, family.stages) == ("qwen3-asr", "original", ("audio", "thinker"))
+    assert (family.lm_prefix, family.audio_prefix, family.projector_prefix) == ("thinker.model.",
+                                                                               "thinker.audio_tower.", None)
+    assert family.thinker["text_config"]["hidden_size"] == 64
+
+
+def test_asr_untied_original_reads_its_head() -> None:
+    cfg = original_config(asr_config())
+    cfg["thinker_config"]["text_config"]["tie_word_embeddings"] = False
+    assert family_of(cfg).head_prefix == "thinker.lm_head."
+
+
+def test_unknown_and_incomplete_configs_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="model_type 'llama'.*Qwen3-ASR"):
+        family_of({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    with pytest.raises(ValueError, match="without text_config"):
+        family_of({"model_type": "qwen3_asr"})
+    with pytest.raises(FileNotFoundError, match="config.json not found"):
+        read_family(tmp_path)
+
+
+def test_up_starts_only_the_stages_of_the_model(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(asr_config()))
+    mesh = only_stages_of(MeshConfig(), tmp_path)
+    assert [s for s in ("vision", "audio", "talker", "thinker") if mesh.stage(s).enabled] == ["audio", "thinker"]
+    (tmp_path / "config.json").write_text(json.dumps(omni_config()))
+    mesh = only_stages_of(MeshConfig(), tmp_path)
+    assert all(mesh.stage(s).enabled for s in ("vision", "audio", "talker", "thinker"))
