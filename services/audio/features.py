@@ -14,6 +14,9 @@ from runtime.transfer import to_device
 from services.audio.mel_filters import mel_filter_bank
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
+# Qwen3-ASR's extractor makes Whisper's log-mel for one clip alone (its zero-padding to whole chunks and to
+# `min_length` samples is done before: the gateway pads short clips, the encoder pads chunks).
+FEATURE_EXTRACTORS = ("WhisperFeatureExtractor", "Qwen3ASRFeatureExtractor")
 LOG_FLOOR = 1e-10  # mel power floor before log10
 DYNAMIC_RANGE = 8.0  # log10 units kept below each clip's peak (80 dB)
 
@@ -39,8 +42,8 @@ class MelConfig:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> MelConfig:
         kind = raw.get("feature_extractor_type", "WhisperFeatureExtractor")
-        _check(kind == "WhisperFeatureExtractor", "feature_extractor_type", kind,
-               "the AuT front end is Whisper's log-mel; use a Qwen3-Omni preprocessor_config.json")
+        _check(kind in FEATURE_EXTRACTORS, "feature_extractor_type", kind,
+               "the AuT front end is Whisper's log-mel; use a Qwen3-Omni or Qwen3-ASR preprocessor_config.json")
         names = ("feature_size", "sampling_rate", "hop_length", "n_fft", "dither")
         return cls(**{name: raw[name] for name in names if name in raw})
 

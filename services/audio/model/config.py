@@ -1,4 +1,5 @@
-"""AuT encoder dimensions, read from the checkpoint's `config.json` (`thinker_config.audio_config`)."""
+"""AuT encoder dimensions, read from the checkpoint's `config.json` (Qwen3-Omni's `thinker_config.audio_config`,
+Qwen3-ASR's `audio_config` or its original layout's `thinker_config.audio_config`)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.audio_lengths import stem_output_length
+from runtime.checkpoint.family import family_of
 
 ACTIVATIONS = ("gelu", "gelu_pytorch_tanh", "gelu_new")
 
@@ -25,6 +27,9 @@ class AudioEncoderConfig:
     max_source_positions: int = 1500  # rows of the sinusoidal position table
     activation_function: str = "gelu"
     layer_norm_eps: float = 1e-5
+    # Qwen3-ASR pads every clip's mel to whole chunks before the stem, so a clip shorter than one chunk is convolved
+    # as a zero-padded full chunk; Qwen3-Omni convolves it at its own length.
+    pad_short_clips: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_mel_bins", "d_model", "encoder_layers", "encoder_attention_heads", "encoder_ffn_dim",
@@ -72,11 +77,12 @@ class AudioEncoderConfig:
     @classmethod
     def from_checkpoint(cls, ckpt_dir: Path | str) -> AudioEncoderConfig:
         raw = json.loads((Path(ckpt_dir) / "config.json").read_text())
-        audio = raw.get("thinker_config", raw).get("audio_config")
+        family = family_of(raw)
+        audio = family.thinker.get("audio_config")
         if audio is None:
             raise ValueError(f"{ckpt_dir}/config.json has no thinker_config.audio_config; is it a Qwen3-Omni "
                              "checkpoint?")
-        return cls.from_dict(audio)
+        return cls.from_dict({**audio, "pad_short_clips": family.family == "qwen3-asr"})
 
 
 def _check(ok: bool, field: str, value: object, fix: str) -> None:

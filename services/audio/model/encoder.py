@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from runtime.audio_lengths import audio_token_count
+from runtime.checkpoint.family import read_family
 from runtime.weights import load_component
 from services.audio.model.attention import select_attention
 from services.audio.model.config import AudioEncoderConfig
@@ -16,7 +17,8 @@ from services.audio.model.plan import DEFAULT_CHUNKS_PER_LAUNCH, AudioBatchPlan,
 from services.audio.model.stem import ConvStem, sinusoid_table, stem_weights
 from runtime.transfer import to_device
 
-WEIGHT_PREFIX = "thinker.audio_tower."
+# `-hf` Qwen3-ASR keeps the AuT's two output linears apart, as its multimodal projector.
+PROJECTOR_NAMES = {"linear_1.": "proj1.", "linear_2.": "proj2."}
 
 
 class AudioEncoder(nn.Module):
@@ -48,9 +50,10 @@ class AudioEncoder(nn.Module):
     def load(cls, ckpt_dir: Path | str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
              attention: str = "auto", chunks_per_launch: int = DEFAULT_CHUNKS_PER_LAUNCH,
              cuda_graphs: bool = False) -> AudioEncoder:
-        """Reads `config.json` and only the `thinker.audio_tower.*` tensors of an HF-format checkpoint."""
+        """Reads `config.json` and only the audio tower's tensors (and `-hf` Qwen3-ASR's projector) of an HF-format
+        checkpoint."""
         config = AudioEncoderConfig.from_checkpoint(ckpt_dir)
-        tensors = load_component(Path(ckpt_dir), WEIGHT_PREFIX, device=device, dtype=dtype)
+        tensors = load_audio_tensors(Path(ckpt_dir), device, dtype)
         return cls.from_state_dict(config, tensors, device, dtype, attention, chunks_per_launch, cuda_graphs)
 
     @classmethod
@@ -124,6 +127,21 @@ class AudioEncoder(nn.Module):
             next_norm = layers[i + 1].self_attn_layer_norm if i + 1 < len(layers) else self.ln_post
             hidden, normed = layer(hidden, normed, plan, attend, next_norm)
         return self.proj2(self.act(self.proj1(normed)))  # normed = ln_post(last layer's output)
+
+
+def load_audio_tensors(ckpt_dir: Path, device: torch.device | str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The encoder's tensors named as under Qwen3-Omni's `thinker.audio_tower.` (prefix stripped), whatever the
+    checkpoint's layout."""
+    family = read_family(ckpt_dir)
+    tensors = load_component(ckpt_dir, family.audio_prefix, device=device, dtype=dtype)
+    if family.projector_prefix is not None:
+        projector = load_component(ckpt_dir, family.projector_prefix, device=device, dtype=dtype)
+        for name, t in projector.items():
+            ours = next((new + name[len(old):] for old, new in PROJECTOR_NAMES.items() if name.startswith(old)), None)
+            if ours is None:
+                raise KeyError(f"{family.projector_prefix}{name}: not a tensor of Qwen3-ASR's two-linear projector")
+            tensors[ours] = t
+    return tensors
 
 
 def to_module_names(tensors: dict[str, torch.Tensor], config: AudioEncoderConfig) -> dict[str, torch.Tensor]:

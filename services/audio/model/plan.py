@@ -5,7 +5,8 @@ Semantics (one clip's output never depends on what it is batched with): each cli
 shorter clip is convolved at its own length. Both are exactly what transformers does for that clip alone (it pads
 every chunk of a batch to the batch's longest chunk, so in a mixed batch its short clips see extra padding; ours do
 not). Every launch still pads every chunk to a full chunk, for one conv shape: the stem masks a short clip back to
-its length after each convolution, which is the same as convolving it unpadded.
+its length after each convolution, which is the same as convolving it unpadded. Qwen3-ASR (`pad_short_clips`)
+convolves a short clip as a zero-padded full chunk, as its feature extractor pads every clip to whole chunks.
 
 Two kinds of plan: `plan_batch` (exact rows, several bounded conv launches: the eager path) and `plan_bucketed`
 (tensor shapes that depend only on `bucket_key`: the CUDA-graph path, see graphs.py).
@@ -120,7 +121,7 @@ def plan_batch(
     if chunks_per_launch < 1:
         raise ValueError(f"chunks_per_launch must be >= 1, got {chunks_per_launch}")
     token_counts = np.asarray([audio_token_count(int(t), config.chunk_frames) for t in frames])
-    start, length, conv_length = _chunks(frames, config.chunk_frames)
+    start, length, conv_length = _chunks(frames, config.chunk_frames, config.pad_short_clips)
     zero_frame = int(frames.sum())
     launches: list[ConvLaunch] = []
     offset = 0
@@ -156,7 +157,7 @@ def plan_bucketed(frame_counts: list[int] | tuple[int, ...], config: AudioEncode
     frames = _check_frames(frame_counts)
     chunk = config.chunk_frames
     token_counts = np.asarray([audio_token_count(int(t), chunk) for t in frames])
-    start, length, conv_length = _chunks(frames, chunk)
+    start, length, conv_length = _chunks(frames, chunk, config.pad_short_clips)
     zero_frame = start.shape[0] * chunk
     launch = _launch(start, length, conv_length, zero_frame, 0, chunk, keep_padding_rows=True)
     num_tokens = int(token_counts.sum())
@@ -190,13 +191,15 @@ def _segments(lengths: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return owner, index
 
 
-def _chunks(frames: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per chunk: first packed frame, frames, and the length it is convolved at (a full chunk or a short clip's own)."""
+def _chunks(frames: np.ndarray, chunk: int, pad_short_clips: bool = False
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per chunk: first packed frame, frames, and the length it is convolved at (a full chunk or a short clip's own;
+    with `pad_short_clips`, always a full chunk)."""
     clip, index = _segments(frames, chunk)
     clip_start = np.cumsum(frames) - frames  # [B]
     start = clip_start[clip] + index * chunk
     length = np.minimum(chunk, frames[clip] - index * chunk)
-    conv_length = np.minimum(frames, chunk)[clip]
+    conv_length = np.full_like(length, chunk) if pad_short_clips else np.minimum(frames, chunk)[clip]
     return start, length, conv_length
 
 
