@@ -156,7 +156,7 @@ def test_stage_devices_and_frame_cap_follow_the_flags() -> None:
 
 @pytest.mark.parametrize("text, message", [
     ("decodes_in_flight", "use KEY=VALUE"),
-    ("decode_in_flight=2", "unknown config key(s) ['talker.speech.decode_in_flight']"),
+    ("decode_in_flight=2", "unknown config key talker.speech.decode_in_flight (did you mean decodes_in_flight?)"),
     ("decodes_in_flight=0", "talker.speech.decodes_in_flight=0 is invalid"),
 ])
 def test_a_bad_speech_variant_names_the_key_and_what_is_allowed(text: str, message: str,
