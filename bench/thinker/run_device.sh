@@ -4,17 +4,7 @@
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
 #   OUT=/some/dir OMNIMESH_COMMIT=<sha written here> [TEST_PATHS=tests/parity/thinker] [TEST_S=150] [BENCH_S=330] \
 #     [BENCH_ARGS="--hf-new-tokens 32"] [TESTS=0] bash bench/thinker/run_device.sh
-set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site:.:protos PYTHONUNBUFFERED=1 OMNIMESH_CACHE=/tmp/omc
-OUT=${OUT:-/tmp/thinker-gpu}
-mkdir -p "$OUT"
-{ date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
-  python3 -c "import torch, transformers, triton, grpc; print(torch.__version__, transformers.__version__, triton.__version__, grpc.__version__)"
-  df -h /dev/shm /tmp | tail -2; free -g | head -2; nproc
-} > "$OUT/env.txt" 2>&1
-cat "$OUT/env.txt"
+source bench/device_setup.sh /tmp/thinker-gpu
 SECONDS=0
 if [ "${TESTS:-1}" = 1 ]; then
   timeout "${TEST_S:-150}" python3 -m pytest -q -m gpu -rfE -p no:cacheprovider ${TEST_PATHS:-tests/parity/thinker} 2>&1 \

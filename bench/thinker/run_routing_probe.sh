@@ -2,13 +2,7 @@
 # One GPU-machine call: which workload routes random Thinker weights like a trained model (bench/thinker/routing_probe.py).
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
 #   OUT=/some/dir OMNIMESH_COMMIT=<sha> [PROBE_ARGS="--concurrency 8 32"] bash bench/thinker/run_routing_probe.sh
-set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site:.:protos PYTHONUNBUFFERED=1 OMNIMESH_CACHE=/tmp/omc
-OUT=${OUT:-/tmp/routing-probe}
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/env.txt" 2>&1
+source bench/device_setup.sh /tmp/routing-probe
 timeout "${PROBE_S:-420}" python3 bench/thinker/routing_probe.py --out "$OUT/probe.json" ${PROBE_ARGS:-} 2>&1 \
   | tee "$OUT/probe.log" | grep -E "routing_probe|Error|error|Traceback" | tail -30
 python3 - "$OUT/probe.json" <<'PY'
