@@ -1,0 +1,78 @@
+"""Qwen3-ASR through the whole mesh on loopback: `omnimesh up` starts only the audio and thinker stages, and
+`omnimesh chat --audio F` gives transformers' greedy transcription tokens; vision and speech are UNIMPLEMENTED."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+import torch
+import yaml
+
+from tests.integration.mesh_process import OMNIMESH, Proc, start
+from tests.integration.test_mesh_chat import chat_json
+from tests.parity.audio.audio_reference import clip
+
+MAX_NEW = 12
+# Every stage enabled in the file: `up` itself must leave out the ones Qwen3-ASR has no use for.
+ASR_MESH = {"gateway": {"stage_timeout_s": 10.0},
+            "thinker": {"engine": {"kv_cache_bytes": 16 << 20, "max_model_len": 1024, "max_num_seqs": 8,
+                                   "max_batch_tokens": 512, "token_flush_ms": 5.0}}}
+
+
+@pytest.fixture(scope="module")
+def asr_mesh(asr_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
+    from gateway.cli.up import MESH_PREFIX
+
+    config = tmp_path_factory.mktemp("asr_mesh") / "mesh.yaml"
+    config.write_text(yaml.safe_dump(ASR_MESH))
+    proc = start([OMNIMESH, "up", "--model", str(asr_ckpt), "--port", "0", "--config", str(config)], MESH_PREFIX,
+                 timeout=180)
+    yield proc
+    assert proc.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def addr(asr_mesh: Proc) -> str:
+    return f"127.0.0.1:{asr_mesh.ports['gateway']['grpc_port']}"
+
+
+@pytest.fixture(scope="module")
+def wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("asr_audio") / "clip.wav"
+    sf.write(path, clip(37920, seed=3), 16000, subtype="PCM_16")
+    return path
+
+
+def reference(asr_ckpt: Path, hf_asr, wav: Path, context: str | None) -> list[int]:
+    from transformers import AutoProcessor
+
+    samples, _ = sf.read(wav, dtype="float32")
+    inputs = AutoProcessor.from_pretrained(asr_ckpt).apply_transcription_request(samples, prompt=context)
+    with torch.inference_mode():
+        out = hf_asr.generate(**inputs, max_new_tokens=MAX_NEW, do_sample=False)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def test_only_audio_and_thinker_run(asr_mesh: Proc) -> None:
+    assert set(asr_mesh.ports) == {"audio", "thinker", "gateway"}
+
+
+@pytest.mark.parametrize("context", [None, "Mr. Quilter, the middle classes"])
+def test_chat_audio_greedy_equals_transformers(addr: str, asr_ckpt: Path, hf_asr, wav: Path,
+                                               context: str | None) -> None:
+    flags = ["--greedy", "--max-tokens", str(MAX_NEW), "--audio", str(wav)]
+    code, events = chat_json(addr, "", *flags, *(["--system", context] if context else []))
+    assert code == 0, events
+    ours = [t for e in events if e["type"] == "text" for t in e["token_ids"]]
+    assert ours == reference(asr_ckpt, hf_asr, wav, context)
+    if context is None:  # 9 ChatML tokens around <|audio_start|>, 31 audio tokens for 2.37 s, <|audio_end|>
+        assert events[-2]["prompt_tokens"] == 41
+
+
+def test_vision_and_speech_are_unimplemented_naming_what_is_served(addr: str, wav: Path) -> None:
+    code, events = chat_json(addr, "what is this", "--image", str(wav))
+    assert code != 0 and events[-1]["code"] == "UNIMPLEMENTED"
+    assert "it serves audio" in events[-1]["message"]
+    code, events = chat_json(addr, "hi", "--speak", str(wav.with_suffix(".out.wav")))
+    assert code != 0 and events[-1]["code"] == "UNIMPLEMENTED" and "audio output" in events[-1]["message"]
