@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -112,12 +112,30 @@ def load_chat_template(ckpt_dir: Path) -> str:
     )
 
 
+_CONTINUE_TAG = "\ue002"  # private-use mark after the final message's text; the prompt ends where it stands
+
+
 def render_chat(
-    template: str, messages: Sequence[ChatMessage], add_generation_prompt: bool = True, **extra: Any
+    template: str, messages: Sequence[ChatMessage], add_generation_prompt: bool = True,
+    continue_final_message: bool = False, **extra: Any
 ) -> str:
-    """The prompt text; `extra` reaches the template as variables (e.g. `enable_thinking`)."""
+    """The prompt text; `extra` reaches the template as variables (e.g. `enable_thinking`).
+
+    `continue_final_message`: the prompt ends right after the last message's last text part (an assistant turn the
+    model continues, such as Qwen3-ASR's `language English<asr_text>`), as transformers' option of that name.
+    """
     dicts = [m.to_template_dict() for m in messages]
-    return compile_template(template).render(messages=dicts, add_generation_prompt=add_generation_prompt, **extra)
+    if continue_final_message:
+        texts = [part for part in dicts[-1]["content"] if part["type"] == "text"] if dicts else []
+        if not texts:
+            raise ValueError("continue_final_message needs a final message with a text part to continue")
+        texts[-1]["text"] += _CONTINUE_TAG
+    rendered = compile_template(template).render(messages=dicts, add_generation_prompt=add_generation_prompt, **extra)
+    if continue_final_message:
+        if _CONTINUE_TAG not in rendered:
+            raise TemplateError("the chat template dropped the final message's text, so it cannot be continued")
+        rendered = rendered[:rendered.rindex(_CONTINUE_TAG)]
+    return rendered
 
 
 def build_prompt_ids(
@@ -127,6 +145,7 @@ def build_prompt_ids(
     media_token_counts: Sequence[int],
     add_generation_prompt: bool = True,
     special_in_text: bool = True,
+    continue_final_message: bool = False,
 ) -> PromptIds:
     """Token ids of the rendered prompt with each media pad expanded to its item's token count.
 
@@ -143,9 +162,9 @@ def build_prompt_ids(
             raise ValueError(f"media_token_counts[{i}]={count}; every media item needs at least one token")
     pad_kind = {tokenizer.token_id(tok): kind for kind, tok in PAD_TOKENS.items()}
     if special_in_text or not _spells_special(tokenizer, messages):  # the common case: one encode, as transformers
-        rendered = tokenizer.encode(render_chat(template, messages, add_generation_prompt))
+        rendered = tokenizer.encode(render_chat(template, messages, add_generation_prompt, continue_final_message))
     else:
-        rendered = _encode_text_literally(tokenizer, template, messages, add_generation_prompt)
+        rendered = _encode_text_literally(tokenizer, template, messages, add_generation_prompt, continue_final_message)
     found = [pad_kind[t] for t in rendered if t in pad_kind]
     if found != kinds:
         # Only reachable when message text itself spells a pad token: the prompt would misplace media.
@@ -176,7 +195,7 @@ def _spells_special(tokenizer: Tokenizer, messages: Sequence[ChatMessage]) -> bo
 
 
 def _encode_text_literally(tokenizer: Tokenizer, template: str, messages: Sequence[ChatMessage],
-                           add_generation_prompt: bool) -> list[int]:
+                           add_generation_prompt: bool, continue_final_message: bool = False) -> list[int]:
     """The template rendered around a slot per text part; markup encoded with special tokens, each text without."""
     texts: list[str] = []
     slotted = []
@@ -189,10 +208,11 @@ def _encode_text_literally(tokenizer: Tokenizer, template: str, messages: Sequen
             else:
                 parts.append(p)
         slotted.append(ChatMessage(m.role, parts))
-    pieces = _SLOT.split(render_chat(template, slotted, add_generation_prompt))  # markup, slot, markup, ...
+    render = partial(render_chat, template, add_generation_prompt=add_generation_prompt,
+                     continue_final_message=continue_final_message)
+    pieces = _SLOT.split(render(slotted))  # markup, slot, markup, ...
     slots = [int(i) for i in pieces[1::2]]
-    if slots != list(range(len(texts))) or _filled(pieces, texts) != render_chat(template, messages,
-                                                                                 add_generation_prompt):
+    if slots != list(range(len(texts))) or _filled(pieces, texts) != render(messages):
         raise InvalidArgument("messages", "text spells a special token (such as <|im_start|>), which this deployment "
                               "reads as plain text, but its chat template rewrites text; remove the special token")
     ids: list[int] = []
