@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from dataclasses import dataclass, field
 
 import torch
@@ -14,6 +15,7 @@ from gateway.chat_input import MediaBytes
 from gateway.clients.encoders import AudioClient, VisionClient, VisionItemInput
 from gateway.media.audio import DecodedAudio, decode_audio, extract_video_audio
 from gateway.media.footprint import audio_bytes, image_bytes, video_bytes
+from gateway.media.heap import map_large_blocks, return_freed_heap
 from gateway.media.vision import VisionMediaConfig, decode_image, decode_video, image_tokens
 
 _PB_KIND = {"image": thinker_pb2.MEDIA_KIND_IMAGE, "video": thinker_pb2.MEDIA_KIND_VIDEO,
@@ -55,6 +57,7 @@ class MediaPipeline:
         self._max_audio_seconds = max_audio_seconds
         # decoded media held by this replica's requests, from admission until the encoders took it
         self.budget = WorkBudget("gateway", "bytes of media", max_media_bytes, "gateway.max_media_bytes")
+        map_large_blocks()
 
     @property
     def served_inputs(self) -> frozenset[str]:
@@ -79,6 +82,18 @@ class MediaPipeline:
         if use_audio_in_video and any(m.kind == "video" for m in media) and self._audio is None:
             raise Unimplemented("use_audio_in_video: hearing a video's sound track needs the audio stage, which this "
                                 "deployment does not serve")
+
+    def return_memory_when_idle(self, after_s: float = 2.0) -> None:
+        """Soon (once the ending request's frames and traceback are gone), if no request holds decoded media then,
+        gives the freed heap back on a worker thread (tens of ms)."""
+        loop = asyncio.get_running_loop()
+
+        def trim_if_idle() -> None:
+            if self.budget.held == 0:
+                gc.collect()  # a refused request's traceback and frames form cycles that still hold its frames
+                loop.run_in_executor(None, return_freed_heap)
+
+        loop.call_later(after_s, trim_if_idle)
 
     def footprint(self, media: list[MediaBytes], use_audio_in_video: bool) -> int:
         """Bytes the served media will hold decoded, from their headers. Blocks: run it on a worker thread."""

@@ -118,6 +118,13 @@ class OmniService:
             self.media.check_served(chat.media, chat.use_audio_in_video)
             await self._check_media_fits(chat)
             footprint = await asyncio.to_thread(self.media.footprint, chat.media, chat.use_audio_in_video)
+        try:
+            return await self._decoded_prompt(chat, footprint, timeout)
+        finally:
+            if chat.media:  # this frame held the decoded media: they are garbage now
+                self.media.return_memory_when_idle()
+
+    async def _decoded_prompt(self, chat: ChatInput, footprint: int, timeout: float | None) -> ThinkerPrompt:
         with self.media.budget.hold(footprint):
             decoded = await self.media.decode(chat.media, chat.use_audio_in_video)
             prompt = await asyncio.to_thread(self.prompts.build, chat, decoded)  # a 1 MB text tokenizes for a second
