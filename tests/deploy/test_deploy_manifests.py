@@ -184,6 +184,23 @@ def test_gateway_reads_api_keys_from_a_secret(objects: dict[str, list[Obj]], sce
 
 
 @scenarios
+def test_every_stage_and_gateway_shares_one_stage_token(objects: dict[str, list[Obj]], scenario: str) -> None:
+    """Stages refuse calls without OMNIMESH_STAGE_TOKEN and gateways send it: every omnimesh container reads it from
+    the same Secret key, which the chart creates (or one named in values is used)."""
+    objs = objects[scenario]
+    refs = []
+    for d in of_kind(objs, "Deployment"):
+        env = {e["name"]: e for e in container(d).get("env", [])}
+        if stage_of(d) in STAGES:
+            refs.append(env["OMNIMESH_STAGE_TOKEN"]["valueFrom"]["secretKeyRef"])
+        else:  # the HTTP front is a client of the gateways, not of the stages
+            assert "OMNIMESH_STAGE_TOKEN" not in env
+    assert refs and all(r == refs[0] for r in refs)
+    secrets = {s["metadata"]["name"]: s for s in of_kind(objs, "Secret")}
+    assert refs[0]["key"] in secrets[refs[0]["name"]]["data"]
+
+
+@scenarios
 def test_network_policies_let_only_the_gateway_reach_stages(objects: dict[str, list[Obj]], scenario: str) -> None:
     objs = objects[scenario]
     gateway_pods = next(d for d in of_kind(objs, "Deployment") if stage_of(d) == "gateway")

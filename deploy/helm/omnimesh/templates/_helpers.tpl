@@ -71,6 +71,10 @@ app.kubernetes.io/component: {{ .stage }}
 {{- default (printf "%s-api-keys" (include "omnimesh.fullname" .)) .Values.gateway.apiKeys.existingSecret }}
 {{- end }}
 
+{{- define "omnimesh.stageTokenSecret" -}}
+{{- default (printf "%s-stage-token" (include "omnimesh.fullname" .)) .Values.stageToken.existingSecret }}
+{{- end }}
+
 {{/* True ("true") when the Prometheus operator's CRDs are served, or assumed to be. */}}
 {{- define "omnimesh.hasMonitoringAPI" -}}
 {{- if or .Values.monitoring.assumeCRDs (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}true{{ end }}
