@@ -25,6 +25,7 @@ from gateway.prompt import PromptBuilder
 from gateway.request_decode import SERVICE_NAME, add_omni_servicer
 from gateway.service import OmniService
 from gateway.servicer import OmniServicer
+from gateway.transcribe import TranscribeService
 
 
 async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
@@ -48,7 +49,8 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
         input_modalities=["text", *sorted(served_inputs)],
         output_modalities=[omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if talker else []))
     add = partial(add_omni_servicer, max_request_bytes=mesh.gateway.server.max_message_bytes)
-    server.add_service(add, OmniServicer(service, mesh.gateway, info), SERVICE_NAME)
+    transcriber = TranscribeService(service, read_family(model_dir).family)
+    server.add_service(add, OmniServicer(service, mesh.gateway, info, transcriber), SERVICE_NAME)
     return lambda: None
 
 

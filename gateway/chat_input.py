@@ -48,6 +48,7 @@ class ChatInput:
     return_codes: bool
     use_audio_in_video: bool
     speech_sampling: common_pb2.SamplingParams | None = None  # fields set checked; the talker owns the defaults
+    continue_final: bool = False  # the prompt ends inside the last (assistant) turn, which the model continues
 
     @property
     def media(self) -> list[MediaBytes]:

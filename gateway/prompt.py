@@ -34,7 +34,9 @@ class PromptBuilder:
         messages = [ChatMessage(t.role, [TextPart(p) if isinstance(p, str) else MediaPart(p.kind) for p in t.parts])
                     for t in chat.turns]
         prompt = build_prompt_ids(self.tokenizer, self.template, messages, [d.num_tokens for d in decoded],
-                                  special_in_text=self.allow_special_tokens)
+                                  add_generation_prompt=not chat.continue_final,
+                                  special_in_text=self.allow_special_tokens,
+                                  continue_final_message=chat.continue_final)
         if not any(d.with_track for d in decoded):
             return prompt
         return self._interleave_tracks(prompt, decoded)

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from runtime.config import GatewayConfig
@@ -16,17 +18,51 @@ from gateway.chat_input import chat_input_from_pb
 from gateway.request_decode import refuse_undecodable
 from gateway.service import ChatEventOut, OmniService, TextEvent, UsageEvent
 from gateway.speech import AudioEvent, ErrorEvent
+from gateway.transcribe import LanguageEvent, TranscribeEventOut, TranscribeService, TranscriptEvent
+from gateway.transcribe import transcribe_input_from_pb
 
 
 class OmniServicer(omni_pb2_grpc.OmniServicer):
-    def __init__(self, service: OmniService, cfg: GatewayConfig, info: omni_pb2.OmniInfo) -> None:
+    def __init__(self, service: OmniService, cfg: GatewayConfig, info: omni_pb2.OmniInfo,
+                 transcriber: TranscribeService | None = None) -> None:
         self._service = service
+        self._transcriber = transcriber or TranscribeService(service, family="")
         self._cfg = cfg
         self._info = info
         self._in_flight = 0  # Chat streams open now; one event loop serves them, so a plain count does
 
     async def Chat(self, request: omni_pb2.ChatRequest,
                    context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.ChatEvent]:
+        async for event in self._served(request, context, self._chat_events):
+            yield event
+
+    async def Transcribe(self, request: omni_pb2.TranscribeRequest,
+                         context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.TranscribeEvent]:
+        async for event in self._served(request, context, self._transcribe_events):
+            yield event
+
+    async def _chat_events(self, request: omni_pb2.ChatRequest,
+                           context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.ChatEvent]:
+        chat = chat_input_from_pb(request, self._cfg.sampling)
+        request_id_var.set(chat.request_id)
+        seq = 0
+        async for ev in self._service.chat(chat, timeout=context.time_remaining()):
+            yield _to_pb(seq, ev)
+            seq += 1
+
+    async def _transcribe_events(self, request: omni_pb2.TranscribeRequest,
+                                 context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.TranscribeEvent]:
+        job = transcribe_input_from_pb(request, self._cfg.sampling)
+        request_id_var.set(job.chat.request_id)
+        seq = 0
+        async for ev in self._transcriber.transcribe(job, timeout=context.time_remaining()):
+            yield _transcribe_to_pb(seq, ev)
+            seq += 1
+
+    async def _served(self, request: Any, context: grpc.aio.ServicerContext,
+                      events: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Message]]
+                      ) -> AsyncIterator[Message]:
+        """Key check, the in-flight limit and the request metrics around one streaming call."""
         m = self._service.metrics
         t0 = time.monotonic()
         code = "OK"
@@ -39,12 +75,8 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
                 raise ResourceExhausted(f"this gateway holds {self._in_flight - 1} chat streams, its limit "
                                         f"gateway.max_in_flight={self._cfg.max_in_flight}; retry shortly, or add "
                                         "gateway replicas")
-            chat = chat_input_from_pb(request, self._cfg.sampling)
-            request_id_var.set(chat.request_id)
-            seq = 0
-            async for ev in self._service.chat(chat, timeout=context.time_remaining()):
-                yield _to_pb(seq, ev)
-                seq += 1
+            async for event in events(request, context):
+                yield event
         except OmniError as err:
             code = err.grpc_code_name
             raise
@@ -85,3 +117,16 @@ def _to_pb(seq: int, ev: ChatEventOut) -> omni_pb2.ChatEvent:
     if isinstance(ev, UsageEvent):
         return omni_pb2.ChatEvent(sequence=seq, usage=ev.usage)
     return omni_pb2.ChatEvent(sequence=seq, done=omni_pb2.Done(finish_reason=ev.finish_reason))
+
+
+def _transcribe_to_pb(seq: int, ev: TranscribeEventOut) -> omni_pb2.TranscribeEvent:
+    if isinstance(ev, LanguageEvent):
+        return omni_pb2.TranscribeEvent(sequence=seq, language=ev.language)
+    if isinstance(ev, TextEvent):
+        return omni_pb2.TranscribeEvent(sequence=seq, text=omni_pb2.TextDelta(text=ev.text, token_ids=ev.token_ids))
+    if isinstance(ev, TranscriptEvent):
+        return omni_pb2.TranscribeEvent(sequence=seq, transcript=omni_pb2.Transcript(language=ev.language,
+                                                                                   text=ev.text))
+    if isinstance(ev, UsageEvent):
+        return omni_pb2.TranscribeEvent(sequence=seq, usage=ev.usage)
+    return omni_pb2.TranscribeEvent(sequence=seq, done=omni_pb2.Done(finish_reason=ev.finish_reason))

@@ -32,10 +32,15 @@ def language_name(language: str, field: str = "language") -> str | None:
                                  f"{', '.join(sorted(LANGUAGE_NAMES))} or their names (English, Chinese, ...)")
 
 
+def assistant_prefill(language: str | None) -> str:
+    """The start of the answer the model continues: the header naming a forced language, or nothing."""
+    return f"language {language}{ASR_TEXT}" if language is not None else ""
+
+
 def transcription_messages(language: str | None, context: str | None) -> list[ChatMessage]:
     """`language`: a trained name (see `language_name`) or None; `context`: the system text, None for no turn."""
     messages = [] if context is None else [ChatMessage("system", [TextPart(context)])]
-    prefill = f"language {language}{ASR_TEXT}" if language is not None else ""
+    prefill = assistant_prefill(language)
     return [*messages, ChatMessage("user", [MediaPart("audio")]), ChatMessage("assistant", [TextPart(prefill)])]
 
 

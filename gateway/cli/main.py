@@ -5,13 +5,13 @@ import argparse
 import os
 import sys
 
-from gateway.cli import bench, chat, demo, http, info, up
+from gateway.cli import bench, chat, demo, http, info, transcribe, up
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="omnimesh", description="Qwen3-Omni as a gRPC mesh split by modality stage")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (up, chat, info, http, demo, bench):
+    for module in (up, chat, transcribe, info, http, demo, bench):
         module.add_parser(sub)
     args = parser.parse_args(argv)
     try:

@@ -76,3 +76,47 @@ def test_vision_and_speech_are_unimplemented_naming_what_is_served(addr: str, wa
     assert "it serves audio" in events[-1]["message"]
     code, events = chat_json(addr, "hi", "--speak", str(wav.with_suffix(".out.wav")))
     assert code != 0 and events[-1]["code"] == "UNIMPLEMENTED" and "audio output" in events[-1]["message"]
+
+
+def transcribe_json(addr: str, *args: str) -> tuple[int, list[dict]]:
+    import json
+    import subprocess
+
+    out = subprocess.run([OMNIMESH, "transcribe", "--addr", addr, "--json", *args], capture_output=True, text=True,
+                         timeout=120)
+    return out.returncode, [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def reference_answer(asr_ckpt: Path, hf_asr, wav: Path, language: str | None, context: str | None) -> list[int]:
+    from transformers import AutoProcessor
+
+    samples, _ = sf.read(wav, dtype="float32")
+    inputs = AutoProcessor.from_pretrained(asr_ckpt).apply_transcription_request(samples, language=language,
+                                                                                 prompt=context)
+    with torch.inference_mode():
+        out = hf_asr.generate(**inputs, max_new_tokens=MAX_NEW, do_sample=False)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+@pytest.mark.parametrize("language, context", [("en", None), ("zh", "Quilter")])
+def test_transcribe_forced_language_equals_transformers(addr: str, asr_ckpt: Path, hf_asr, wav: Path,
+                                                        language: str, context: str | None) -> None:
+    flags = ["--language", language, "--max-tokens", str(MAX_NEW), *(["--context", context] if context else [])]
+    code, events = transcribe_json(addr, *flags, str(wav))
+    assert code == 0, events
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "language" and kinds[-3:] == ["transcript", "usage", "done"]
+    assert events[0]["language"] == {"en": "English", "zh": "Chinese"}[language]
+    ours = [t for e in events if e["type"] == "text" for t in e["token_ids"]]
+    assert ours == reference_answer(asr_ckpt, hf_asr, wav, language, context)
+    assert events[-3]["text"] == "".join(e["text"] for e in events if e["type"] == "text").strip()
+
+
+def test_transcribe_errors_name_the_field(addr: str, wav: Path, tmp_path: Path) -> None:
+    code, events = transcribe_json(addr, "--language", "klingon", str(wav))
+    assert code == 1 and events[-1]["code"] == "INVALID_ARGUMENT" and "ar, cs" in events[-1]["message"]
+    assert events[-1]["field_violations"][0]["field"] == "language"
+    not_audio = tmp_path / "x.wav"
+    not_audio.write_bytes(b"not audio at all")
+    code, events = transcribe_json(addr, str(not_audio))
+    assert code == 1 and events[-1]["code"] == "INVALID_ARGUMENT"

@@ -120,3 +120,43 @@ class OmniInfo(_message.Message):
     output_modalities: _containers.RepeatedScalarFieldContainer[Modality]
     voices: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, gateway: _Optional[_Union[_common_pb2.StageInfo, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[_common_pb2.StageInfo, _Mapping]]] = ..., input_modalities: _Optional[_Iterable[str]] = ..., output_modalities: _Optional[_Iterable[_Union[Modality, str]]] = ..., voices: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TranscribeRequest(_message.Message):
+    __slots__ = ("request_id", "audio", "language", "context", "sampling")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    audio: Media
+    language: str
+    context: str
+    sampling: _common_pb2.SamplingParams
+    def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[_Union[Media, _Mapping]] = ..., language: _Optional[str] = ..., context: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+
+class Transcript(_message.Message):
+    __slots__ = ("language", "text")
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    language: str
+    text: str
+    def __init__(self, language: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class TranscribeEvent(_message.Message):
+    __slots__ = ("sequence", "language", "text", "transcript", "usage", "done", "error")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TRANSCRIPT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    language: str
+    text: TextDelta
+    transcript: Transcript
+    usage: _common_pb2.Usage
+    done: Done
+    error: Error
+    def __init__(self, sequence: _Optional[int] = ..., language: _Optional[str] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...

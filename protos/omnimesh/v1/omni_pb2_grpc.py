@@ -45,6 +45,11 @@ class OmniStub:
                 request_serializer=omnimesh_dot_v1_dot_common__pb2.InfoRequest.SerializeToString,
                 response_deserializer=omnimesh_dot_v1_dot_omni__pb2.OmniInfo.FromString,
                 _registered_method=True)
+        self.Transcribe = channel.unary_stream(
+                '/omnimesh.v1.Omni/Transcribe',
+                request_serializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeRequest.SerializeToString,
+                response_deserializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeEvent.FromString,
+                _registered_method=True)
 
 
 class OmniServicer:
@@ -64,6 +69,14 @@ class OmniServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Transcribe(self, request, context):
+        """Transcribes one audio clip on a Qwen3-ASR deployment (UNIMPLEMENTED elsewhere): the language, transcript text
+        deltas, the whole transcript, usage, then done or error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OmniServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -76,6 +89,11 @@ def add_OmniServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=omnimesh_dot_v1_dot_common__pb2.InfoRequest.FromString,
                     response_serializer=omnimesh_dot_v1_dot_omni__pb2.OmniInfo.SerializeToString,
+            ),
+            'Transcribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Transcribe,
+                    request_deserializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeRequest.FromString,
+                    response_serializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +150,33 @@ class Omni:
             '/omnimesh.v1.Omni/Info',
             omnimesh_dot_v1_dot_common__pb2.InfoRequest.SerializeToString,
             omnimesh_dot_v1_dot_omni__pb2.OmniInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Transcribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/omnimesh.v1.Omni/Transcribe',
+            omnimesh_dot_v1_dot_omni__pb2.TranscribeRequest.SerializeToString,
+            omnimesh_dot_v1_dot_omni__pb2.TranscribeEvent.FromString,
             options,
             channel_credentials,
             insecure,

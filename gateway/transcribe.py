@@ -1,0 +1,129 @@
+"""The public Transcribe call on a Qwen3-ASR deployment: a TranscribeRequest becomes a chat whose prompt is
+Qwen3-ASR's transcription layout, and the model's `language <Name><asr_text><text>` answer becomes a language
+event, transcript deltas and the whole transcript."""
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+from omnimesh.v1 import omni_pb2
+from runtime.config import SamplingDefaults
+from runtime.errors import InvalidArgument, Unimplemented
+from runtime.sampling import resolve_sampling
+from gateway.chat_input import ChatInput, MediaBytes, Turn
+from gateway.service import DoneEvent, OmniService, TextEvent, UsageEvent
+from gateway.transcription import ASR_TEXT, assistant_prefill, language_name
+
+MAX_CONTEXT_CHARS = 10_000
+MAX_REQUEST_ID_CHARS = 128
+NO_SPEECH = "None"  # what the model names as the language of silence
+
+
+@dataclass
+class LanguageEvent:
+    language: str  # "" when the model heard no speech
+
+
+@dataclass
+class TranscriptEvent:
+    language: str
+    text: str
+
+
+TranscribeEventOut = LanguageEvent | TextEvent | TranscriptEvent | UsageEvent | DoneEvent
+
+
+@dataclass(frozen=True)
+class TranscribeInput:
+    chat: ChatInput
+    language: str | None  # the forced language's name
+
+
+def transcribe_input_from_pb(req: omni_pb2.TranscribeRequest, defaults: SamplingDefaults) -> TranscribeInput:
+    """Validates every field; greedy unless the request sets a temperature."""
+    if len(req.request_id) > MAX_REQUEST_ID_CHARS:
+        raise InvalidArgument("request_id", f"has {len(req.request_id)} characters; at most {MAX_REQUEST_ID_CHARS}")
+    if not req.audio.data:
+        raise InvalidArgument("audio.data", "is empty; send the audio file's bytes")
+    if len(req.context) > MAX_CONTEXT_CHARS:
+        raise InvalidArgument("context", f"has {len(req.context)} characters; at most {MAX_CONTEXT_CHARS}")
+    language = language_name(req.language)
+    sampling = resolve_sampling(req.sampling, replace(defaults, temperature=0.0))
+    turns = (*((Turn("system", (req.context,)),) if req.context else ()),
+             Turn("user", (MediaBytes("audio", req.audio.data, req.audio.mime_type, "audio"),)),
+             Turn("assistant", (assistant_prefill(language),)))
+    chat = ChatInput(request_id=req.request_id or uuid.uuid4().hex, turns=turns, sampling=sampling,
+                     want_audio=False, voice="", return_codes=False, use_audio_in_video=False, continue_final=True)
+    return TranscribeInput(chat, language)
+
+
+class TranscribeService:
+    """Runs transcriptions through the chat path; only a Qwen3-ASR deployment serves them."""
+
+    def __init__(self, service: OmniService, family: str) -> None:
+        self.service = service
+        self.family = family
+
+    async def transcribe(self, request: TranscribeInput, timeout: float | None) -> AsyncIterator[TranscribeEventOut]:
+        if self.family != "qwen3-asr":
+            raise Unimplemented(f"Transcribe: this deployment serves {self.family}, not a Qwen3-ASR model; "
+                                "send the audio to Chat instead")
+        split = AnswerSplitter(request.language, self.service.prompts.tokenizer.token_id(ASR_TEXT))
+        async for ev in self.service.chat(request.chat, timeout):
+            if isinstance(ev, TextEvent):
+                for out in split.feed(ev):
+                    yield out
+            elif isinstance(ev, UsageEvent):
+                for out in split.finish():
+                    yield out
+                yield ev
+            else:
+                yield ev
+
+
+class AnswerSplitter:
+    """Splits the model's answer at `<asr_text>`: the header before it names the language; what follows is the
+    transcript. With a forced language the prompt already holds the header, so every token is transcript."""
+
+    def __init__(self, forced: str | None, asr_text_id: int) -> None:
+        self.language: str | None = forced
+        self.asr_text_id = asr_text_id
+        self.header_text = ""
+        self.header_ids: list[int] = []
+        self.text = ""
+        self.announced = False
+
+    def feed(self, ev: TextEvent) -> list[TranscribeEventOut]:
+        if self.language is not None:
+            return [*self._announce(), *self._transcript(ev.text, ev.token_ids)]
+        self.header_text += ev.text
+        self.header_ids += ev.token_ids
+        if ASR_TEXT not in self.header_text:
+            return []
+        header, rest = self.header_text.split(ASR_TEXT, 1)
+        named = header.strip().removeprefix("language").strip()
+        self.language = "" if named in ("", NO_SPEECH) else named
+        ids = self.header_ids
+        cut = ids.index(self.asr_text_id) + 1 if self.asr_text_id in ids else len(ids)
+        return [*self._announce(), *self._transcript(rest, ids[cut:])]
+
+    def finish(self) -> list[TranscribeEventOut]:
+        """An answer without `<asr_text>` is all transcript, in no named language (as transformers parses it)."""
+        out: list[TranscribeEventOut] = []
+        if self.language is None:
+            self.language = ""
+            out += [*self._announce(), *self._transcript(self.header_text, self.header_ids)]
+        return [*out, *self._announce(), TranscriptEvent(self.language, self.text.strip())]
+
+    def _announce(self) -> list[TranscribeEventOut]:
+        if self.announced or self.language is None:
+            return []
+        self.announced = True
+        return [LanguageEvent(self.language)]
+
+    def _transcript(self, text: str, token_ids: list[int]) -> list[TranscribeEventOut]:
+        if not text and not token_ids:
+            return []
+        self.text += text
+        return [TextEvent(text, token_ids, [])]

@@ -1,0 +1,80 @@
+"""Transcribe's request checks and how the model's `language <Name><asr_text><text>` answer becomes events."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from omnimesh.v1 import common_pb2, omni_pb2
+from runtime.config import SamplingDefaults
+from runtime.errors import InvalidArgument, Unimplemented
+from gateway.service import TextEvent
+from gateway.transcribe import (
+    AnswerSplitter,
+    LanguageEvent,
+    TranscribeService,
+    TranscriptEvent,
+    transcribe_input_from_pb,
+)
+
+ASR_TEXT_ID = 151704
+
+
+def request(**fields) -> omni_pb2.TranscribeRequest:
+    return omni_pb2.TranscribeRequest(audio=omni_pb2.Media(data=b"RIFF...."), **fields)
+
+
+def run(splitter: AnswerSplitter, pieces: list[tuple[str, list[int]]]) -> list:
+    out = [ev for text, ids in pieces for ev in splitter.feed(TextEvent(text, ids, []))]
+    return out + splitter.finish()
+
+
+def test_detected_language_then_transcript_only() -> None:
+    events = run(AnswerSplitter(None, ASR_TEXT_ID), [("language", [11528]), (" English", [6364]),
+                                                     ("<asr_text>Mr", [ASR_TEXT_ID, 12275]), (".", [13])])
+    assert events == [LanguageEvent("English"), TextEvent("Mr", [12275], []), TextEvent(".", [13], []),
+                      TranscriptEvent("English", "Mr.")]
+
+
+def test_forced_language_is_announced_first_and_every_token_is_transcript() -> None:
+    events = run(AnswerSplitter("German", ASR_TEXT_ID), [("Guten", [1]), (" Tag", [2])])
+    assert events[0] == LanguageEvent("German") and events[-1] == TranscriptEvent("German", "Guten Tag")
+
+
+def test_silence_and_an_answer_without_the_marker() -> None:
+    assert run(AnswerSplitter(None, ASR_TEXT_ID), [("language None<asr_text>", [1, 2, ASR_TEXT_ID])]) == [
+        LanguageEvent(""), TranscriptEvent("", "")]
+    assert run(AnswerSplitter(None, ASR_TEXT_ID), [("just text", [5, 6])]) == [
+        LanguageEvent(""), TextEvent("just text", [5, 6], []), TranscriptEvent("", "just text")]
+
+
+def test_request_becomes_the_transcription_chat() -> None:
+    job = transcribe_input_from_pb(request(language="en", context="Quilter"), SamplingDefaults())
+    assert job.language == "English" and job.chat.continue_final and job.chat.sampling.temperature == 0.0
+    assert [t.role for t in job.chat.turns] == ["system", "user", "assistant"]
+    assert job.chat.turns[-1].parts == ("language English<asr_text>",)
+    plain = transcribe_input_from_pb(request(sampling=common_pb2.SamplingParams(temperature=0.7)), SamplingDefaults())
+    assert [t.role for t in plain.chat.turns] == ["user", "assistant"] and plain.chat.sampling.temperature == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("req, field", [
+    (omni_pb2.TranscribeRequest(), "audio.data"),
+    (request(language="xx"), "language"),
+    (request(context="w" * 10_001), "context"),
+    (request(request_id="r" * 129), "request_id"),
+    (request(sampling=common_pb2.SamplingParams(top_p=7)), "sampling.top_p"),
+])
+def test_bad_fields_are_invalid_argument_naming_them(req: omni_pb2.TranscribeRequest, field: str) -> None:
+    with pytest.raises(InvalidArgument, match=rf"^{field}: "):
+        transcribe_input_from_pb(req, SamplingDefaults())
+
+
+def test_an_omni_deployment_does_not_transcribe() -> None:
+    job = transcribe_input_from_pb(request(), SamplingDefaults())
+
+    async def first() -> None:
+        async for _ in TranscribeService(service=None, family="qwen3-omni").transcribe(job, None):  # type: ignore
+            pass
+
+    with pytest.raises(Unimplemented, match="serves qwen3-omni, not a Qwen3-ASR model"):
+        asyncio.run(first())
