@@ -177,6 +177,36 @@ def test_api_keys_pass_through_to_the_gateway(api: openai.OpenAI) -> None:
         wrong.models.list()
 
 
+def test_audio_requests_the_front_refuses(api: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        api.audio.speech.create(model="any", input="Hi", voice="ethan", speed=2.0)
+    assert caught.value.body["param"] == "speed"
+    with pytest.raises(openai.BadRequestError) as caught:
+        api.audio.transcriptions.create(model="any", file=("clip.wav", wav(), "audio/wav"), response_format="srt")
+    assert caught.value.body["param"] == "response_format"
+
+
+def test_a_deadline_is_504_before_the_stream_and_an_error_event_inside_it(http_mesh: Proc) -> None:
+    from runtime.server import READY_PREFIX
+
+    gateway = f"127.0.0.1:{http_mesh.ports['gateway']['grpc_port']}"
+    front = start([OMNIMESH, "http", "--gateway-addr", gateway, "--port", "0", "--timeout", "1.5"], READY_PREFIX,
+                  timeout=60)
+    try:
+        api = openai.OpenAI(api_key=KEY, base_url=f"http://127.0.0.1:{front.ports['http_port']}/v1", max_retries=0)
+        long = {"model": "any", "messages": user(), "max_tokens": 4000, "extra_body": {"ignore_eos": True}}
+        with pytest.raises(openai.InternalServerError) as caught:
+            api.chat.completions.create(**long)
+        assert caught.value.status_code == 504 and caught.value.body["code"] == "deadline_exceeded"
+        chunks = []
+        with pytest.raises(openai.APIError, match="[Dd]eadline"):
+            for chunk in api.chat.completions.create(stream=True, **long):
+                chunks.append(chunk)
+        assert any(c.choices and c.choices[0].delta.content for c in chunks)  # text came before the error
+    finally:
+        assert front.stop() == 0
+
+
 def test_omnimesh_http_serves_alone_in_front_of_a_gateway(http_mesh: Proc) -> None:
     from runtime.server import READY_PREFIX
 
@@ -254,6 +284,25 @@ def test_realtime_errors_are_events_and_the_session_goes_on(api: openai.OpenAI) 
         (error,) = [e for e in events if e.type == "error"]
         assert error.error.type == "invalid_request_error" and error.error.param == "temperature"
         assert events[-1].response.status == "failed"
+        conn.send({"type": "input_audio_buffer.bogus"})
+        error = conn.recv()
+        assert error.type == "error" and error.error.code == "unknown_event"
+
+
+def test_realtime_cancel_ends_a_response_as_cancelled(api: openai.OpenAI) -> None:
+    with api.realtime.connect(model="any") as conn:
+        assert conn.recv().type == "session.created"
+        conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "max_output_tokens": 4000})
+        assert conn.recv().type == "session.updated"
+        conn.conversation.item.create(item={"type": "message", "role": "user",
+                                            "content": [{"type": "input_text", "text": "Tell me a long story"}]})
+        conn.response.create()
+        for event in conn:
+            if event.type == "response.output_text.delta":
+                conn.response.cancel()
+                break
+        done = until_done(conn)[-1].response
+        assert done.status == "cancelled" and done.status_details.reason == "client_cancelled"
 
 
 def test_realtime_refuses_a_key_the_gateway_does_not_know(api: openai.OpenAI) -> None:
