@@ -1,6 +1,7 @@
 """Assembles the gateway: stage channels, prompt builder, OmniService and its servicer on a StageServer."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from collections.abc import Callable
 from functools import partial
@@ -26,6 +27,8 @@ from gateway.request_decode import SERVICE_NAME, add_omni_servicer
 from gateway.service import OmniService
 from gateway.servicer import OmniServicer
 from gateway.transcribe import TranscribeService
+
+QWEN3_ASR_MIN_SAMPLES = 8000
 
 
 async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
@@ -68,5 +71,15 @@ def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer,
         audio = AudioClient(dial(mesh.audio.address), server.metrics)
     vision_config = read_family(model_dir).thinker.get("vision_config") or {}
     num_deepstack = len(vision_config.get("deepstack_visual_indexes", []))
-    return MediaPipeline(vision_cfg, vision, num_deepstack, audio, gw.max_audio_seconds, gw.max_media_bytes)
+    return MediaPipeline(vision_cfg, vision, num_deepstack, audio, gw.max_audio_seconds, gw.max_media_bytes,
+                         audio_min_samples(model_dir))
+
+
+def audio_min_samples(model_dir: Path) -> int:
+    """Qwen3-ASR's feature extractor zero-pads clips shorter than its `min_length` samples (8000: 0.5 s)."""
+    path = model_dir / "preprocessor_config.json"
+    raw = json.loads(path.read_text()) if path.exists() else {}
+    if raw.get("feature_extractor_type") != "Qwen3ASRFeatureExtractor":
+        return 0
+    return int(raw.get("min_length", QWEN3_ASR_MIN_SAMPLES))
 

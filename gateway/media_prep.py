@@ -49,12 +49,14 @@ class MediaPipeline:
     """Decodes and encodes one request's media. A stage that is not deployed makes its media UNIMPLEMENTED."""
 
     def __init__(self, vision_cfg: VisionMediaConfig | None, vision: VisionClient | None, num_deepstack: int,
-                 audio: AudioClient | None, max_audio_seconds: float, max_media_bytes: int = 2 << 30) -> None:
+                 audio: AudioClient | None, max_audio_seconds: float, max_media_bytes: int = 2 << 30,
+                 audio_min_samples: int = 0) -> None:
         self._vision_cfg = vision_cfg
         self._vision = vision
         self._num_deepstack = num_deepstack
         self._audio = audio
         self._max_audio_seconds = max_audio_seconds
+        self._audio_min_samples = audio_min_samples  # Qwen3-ASR zero-pads shorter clips (to 0.5 s)
         # decoded media held by this replica's requests, from admission until the encoders took it
         self.budget = WorkBudget("gateway", "bytes of media", max_media_bytes, "gateway.max_media_bytes")
         map_large_blocks()
@@ -117,7 +119,7 @@ class MediaPipeline:
 
     def _decode_one(self, m: MediaBytes, use_audio_in_video: bool) -> DecodedMedia:
         if m.kind == "audio":
-            a = decode_audio(m.data, m.field, self._max_audio_seconds)
+            a = decode_audio(m.data, m.field, self._max_audio_seconds, self._audio_min_samples)
             return DecodedMedia("audio", m.field, a.token_count, a.content_hash, samples=torch.from_numpy(a.samples))
         assert self._vision_cfg is not None
         if m.kind == "image":

@@ -34,9 +34,11 @@ class DecodedAudio:
         return self.samples.shape[0] / TARGET_RATE
 
 
-def decode_audio(data: bytes, field: str, max_seconds: float = DEFAULT_MAX_SECONDS) -> DecodedAudio:
+def decode_audio(data: bytes, field: str, max_seconds: float = DEFAULT_MAX_SECONDS,
+                 min_samples: int = 0) -> DecodedAudio:
     """Decode an audio file; bad input raises `InvalidArgument(field, ...)`: empty, undecodable, unsupported codec,
-    or longer than `max_seconds`."""
+    or longer than `max_seconds`. A clip shorter than `min_samples` is zero-padded to it (Qwen3-ASR's extractor
+    pads clips under 0.5 s so; the padding is heard and counted as audio tokens)."""
     if not data:
         raise InvalidArgument(field, "audio is empty (0 bytes); send a non-empty audio file")
     try:
@@ -45,7 +47,7 @@ def decode_audio(data: bytes, field: str, max_seconds: float = DEFAULT_MAX_SECON
         decoded = _decode_pyav(data, field, max_seconds, video=False)
         assert decoded is not None  # for audio, a missing stream raises instead
         samples, rate = decoded
-    return _finish(samples, rate, field)
+    return _finish(samples, rate, field, min_samples)
 
 
 def extract_video_audio(data: bytes, field: str, max_seconds: float = DEFAULT_MAX_SECONDS) -> DecodedAudio | None:
@@ -54,7 +56,7 @@ def extract_video_audio(data: bytes, field: str, max_seconds: float = DEFAULT_MA
     return None if decoded is None else _finish(*decoded, field)
 
 
-def _finish(samples: np.ndarray, rate: int, field: str) -> DecodedAudio:
+def _finish(samples: np.ndarray, rate: int, field: str, min_samples: int = 0) -> DecodedAudio:
     """samples: [frames, channels] float32 at `rate` -> mono, 16 kHz, checked."""
     if not np.isfinite(samples).all():
         raise InvalidArgument(field, "audio has NaN or infinite samples; send finite PCM")
@@ -63,6 +65,8 @@ def _finish(samples: np.ndarray, rate: int, field: str) -> DecodedAudio:
     if mono.shape[0] < MIN_SAMPLES:
         raise InvalidArgument(field, f"audio is empty or too short ({mono.shape[0] / TARGET_RATE * 1000:.1f} ms); "
                                      f"send at least {MIN_SAMPLES * 1000 // TARGET_RATE} ms")
+    if mono.shape[0] < min_samples:
+        mono = np.pad(mono, (0, min_samples - mono.shape[0]))
     mono = np.ascontiguousarray(mono)
     frames = mel_frame_count(mono.shape[0], HOP_LENGTH)
     digest = hashlib.sha256(mono.astype("<f4", copy=False).tobytes()).hexdigest()

@@ -120,3 +120,13 @@ def test_transcribe_errors_name_the_field(addr: str, wav: Path, tmp_path: Path) 
     not_audio.write_bytes(b"not audio at all")
     code, events = transcribe_json(addr, str(not_audio))
     assert code == 1 and events[-1]["code"] == "INVALID_ARGUMENT"
+
+
+def test_short_clip_is_padded_as_transformers_pads_it(addr: str, asr_ckpt: Path, hf_asr, tmp_path: Path) -> None:
+    short = tmp_path / "short.wav"
+    sf.write(short, clip(4800, seed=5), 16000, subtype="PCM_16")  # 0.3 s: the extractor pads it to 0.5 s
+    code, events = chat_json(addr, "", "--greedy", "--max-tokens", str(MAX_NEW), "--audio", str(short))
+    assert code == 0, events
+    assert [t for e in events if e["type"] == "text" for t in e["token_ids"]] == reference(asr_ckpt, hf_asr, short,
+                                                                                           None)
+    assert events[-2]["prompt_tokens"] == 10 + 7  # 0.5 s of mel frames (50) make 7 audio tokens
