@@ -47,12 +47,14 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
     prompts = PromptBuilder.from_dir(model_dir, mesh.gateway.allow_special_tokens)
     service = OmniService(prompts, thinker, media, talker, server.metrics, mesh.gateway.stage_timeout_s)
     served_inputs = media.served_inputs
+    family = read_family(model_dir).family
     info = omni_pb2.OmniInfo(
         gateway=common_pb2.StageInfo(stage="gateway", replica=server.replica, model=mesh.model, build=build_string()),
+        model_family=family,
         input_modalities=["text", *sorted(served_inputs)],
         output_modalities=[omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if talker else []))
     add = partial(add_omni_servicer, max_request_bytes=mesh.gateway.server.max_message_bytes)
-    transcriber = TranscribeService(service, read_family(model_dir).family)
+    transcriber = TranscribeService(service, family)
     server.add_service(add, OmniServicer(service, mesh.gateway, info, transcriber), SERVICE_NAME)
     return lambda: None
 

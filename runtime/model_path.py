@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 DEMO = "demo"
+DEMO_ASR = "demo-asr"
 DEMO_SEED = 0
 
 
@@ -14,13 +15,17 @@ def cache_dir() -> Path:
 
 
 def resolve_model(model: str) -> Path:
-    """The checkpoint directory for `model`: a path, or "demo" (built into the cache on first use)."""
+    """The checkpoint directory for `model`: a path, "demo" or "demo-asr" (built into the cache on first use)."""
+    if model == DEMO_ASR:
+        from runtime.checkpoint.asr.demo_cache import cached_asr_demo_checkpoint
+
+        return cached_asr_demo_checkpoint(DEMO_SEED, cache_dir() / "demo_ckpt")
     if model == DEMO:
         from runtime.checkpoint.demo_cache import cached_demo_checkpoint  # builds with transformers: import lazily
 
         return cached_demo_checkpoint(DEMO_SEED, cache_dir() / "demo_ckpt")
     path = Path(model).expanduser()
     if not (path / "config.json").exists():
-        raise FileNotFoundError(f"model {model!r}: no config.json there; pass an HF Qwen3-Omni checkpoint directory "
-                                f"or 'demo'")
+        raise FileNotFoundError(f"model {model!r}: no config.json there; pass an HF Qwen3-Omni or Qwen3-ASR "
+                                f"checkpoint directory, 'demo' or 'demo-asr'")
     return path

@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def describe(info: omni_pb2.OmniInfo) -> str:
     outputs = [omni_pb2.Modality.Name(m).removeprefix("MODALITY_").lower() for m in info.output_modalities]
-    lines = [f"model: {info.gateway.model}",
+    lines = [f"model: {info.gateway.model}" + (f" ({info.model_family})" if info.model_family else ""),
              f"in: {', '.join(info.input_modalities)}   out: {', '.join(outputs)}"
              + (f"   voices: {', '.join(info.voices)}" if info.voices else "")]
     for s in (info.gateway, *info.stages):

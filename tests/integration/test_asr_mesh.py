@@ -130,3 +130,12 @@ def test_short_clip_is_padded_as_transformers_pads_it(addr: str, asr_ckpt: Path,
     assert [t for e in events if e["type"] == "text" for t in e["token_ids"]] == reference(asr_ckpt, hf_asr, short,
                                                                                            None)
     assert events[-2]["prompt_tokens"] == 10 + 7  # 0.5 s of mel frames (50) make 7 audio tokens
+
+
+def test_info_names_the_family_and_what_is_served(addr: str) -> None:
+    import subprocess
+
+    out = subprocess.run([OMNIMESH, "info", "--addr", addr], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "(qwen3-asr)" in out.stdout.splitlines()[0]
+    assert "in: text, audio   out: text" in out.stdout

@@ -108,18 +108,20 @@ class ChatEvent(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., audio: _Optional[_Union[_common_pb2.AudioChunk, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class OmniInfo(_message.Message):
-    __slots__ = ("gateway", "stages", "input_modalities", "output_modalities", "voices")
+    __slots__ = ("gateway", "stages", "input_modalities", "output_modalities", "voices", "model_family")
     GATEWAY_FIELD_NUMBER: _ClassVar[int]
     STAGES_FIELD_NUMBER: _ClassVar[int]
     INPUT_MODALITIES_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_MODALITIES_FIELD_NUMBER: _ClassVar[int]
     VOICES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FAMILY_FIELD_NUMBER: _ClassVar[int]
     gateway: _common_pb2.StageInfo
     stages: _containers.RepeatedCompositeFieldContainer[_common_pb2.StageInfo]
     input_modalities: _containers.RepeatedScalarFieldContainer[str]
     output_modalities: _containers.RepeatedScalarFieldContainer[Modality]
     voices: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, gateway: _Optional[_Union[_common_pb2.StageInfo, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[_common_pb2.StageInfo, _Mapping]]] = ..., input_modalities: _Optional[_Iterable[str]] = ..., output_modalities: _Optional[_Iterable[_Union[Modality, str]]] = ..., voices: _Optional[_Iterable[str]] = ...) -> None: ...
+    model_family: str
+    def __init__(self, gateway: _Optional[_Union[_common_pb2.StageInfo, _Mapping]] = ..., stages: _Optional[_Iterable[_Union[_common_pb2.StageInfo, _Mapping]]] = ..., input_modalities: _Optional[_Iterable[str]] = ..., output_modalities: _Optional[_Iterable[_Union[Modality, str]]] = ..., voices: _Optional[_Iterable[str]] = ..., model_family: _Optional[str] = ...) -> None: ...
 
 class TranscribeRequest(_message.Message):
     __slots__ = ("request_id", "audio", "language", "context", "sampling")

@@ -66,3 +66,15 @@ def test_up_starts_only_the_stages_of_the_model(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(omni_config()))
     mesh = only_stages_of(MeshConfig(), tmp_path)
     assert all(mesh.stage(s).enabled for s in ("vision", "audio", "talker", "thinker"))
+
+
+def test_demo_asr_resolves_to_the_cached_asr_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime import model_path
+
+    built: list[Path] = []
+    monkeypatch.setenv("OMNIMESH_CACHE", str(tmp_path))
+    monkeypatch.setattr("runtime.checkpoint.asr.demo_cache.cached_asr_demo_checkpoint",
+                        lambda seed, root: built.append(root) or root / "asr")
+    assert model_path.resolve_model("demo-asr") == tmp_path / "demo_ckpt" / "asr"
+    with pytest.raises(FileNotFoundError, match="Qwen3-ASR checkpoint directory, 'demo' or 'demo-asr'"):
+        model_path.resolve_model(str(tmp_path / "nowhere"))
