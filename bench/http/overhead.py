@@ -101,8 +101,9 @@ async def measure(args: argparse.Namespace, grpc_addr: str, http_url: str) -> di
         http_client = _httpx().AsyncClient(base_url=http_url.rstrip("/") + "/", headers=headers, timeout=600)
     http = http_one if args.http_client == "openai" else raw_one
     paths = {"grpc": (grpc_one, grpc_client), "http": (http, http_client)}
-    await closed_loop(grpc_one, grpc_client, 4, 8, args.max_tokens)  # warm-up: the engine and both connections
-    await closed_loop(http, http_client, 4, 8, args.max_tokens)
+    warm = max(args.concurrency)  # warm-up: the engine, and as many pooled HTTP connections as any run uses
+    await closed_loop(grpc_one, grpc_client, warm, warm, args.max_tokens)
+    await closed_loop(http, http_client, warm, warm, args.max_tokens)
     results: dict = {}
     for c in args.concurrency:
         runs: dict[str, list[dict]] = {"grpc": [], "http": []}
@@ -110,7 +111,8 @@ async def measure(args: argparse.Namespace, grpc_addr: str, http_url: str) -> di
             order = ("grpc", "http") if r % 2 == 0 else ("http", "grpc")
             for path in order:
                 one, client = paths[path]
-                runs[path].append(await closed_loop(one, client, c, max(c, args.requests), args.max_tokens))
+                runs[path].append(await closed_loop(one, client, c, max(c, args.requests or 4 * c),
+                                                    args.max_tokens))
         best = {p: max(rs, key=lambda x: x["tok_per_s"]) for p, rs in runs.items()}
         results[str(c)] = {"runs": runs, "overhead_tok_per_s_pct": 100 * (1 - best["http"]["tok_per_s"]
                                                                             / best["grpc"]["tok_per_s"]),
@@ -151,7 +153,8 @@ def main() -> int:
     p.add_argument("--http-url", help="the HTTP front in front of that gateway, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--api-key", default=None)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
-    p.add_argument("--requests", type=int, default=64, help="streams per run (at least the concurrency)")
+    p.add_argument("--requests", type=int, default=0,
+                   help="streams per run (default 4 x the concurrency: several waves, not one)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2, help="runs per path and concurrency; the best counts")
     p.add_argument("--http-client", choices=("openai", "raw"), default="openai",
