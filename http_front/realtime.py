@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 import logging
 import uuid
 from contextlib import aclosing
@@ -105,11 +106,18 @@ class RealtimeSession:
         await self.send("session.created", session=self.settings.json(self.model))
         try:
             while True:
-                event = await self.ws.receive_json()
-                handler = self.handlers.get(event.get("type", "")) if isinstance(event, dict) else None
+                try:
+                    event = json.loads(await self.ws.receive_text())
+                except json.JSONDecodeError as err:
+                    await self.error(f"an event is one JSON object: {err}", "invalid_json")
+                    continue
+                if not isinstance(event, dict):
+                    await self.error("an event is one JSON object", "invalid_json")
+                    continue
+                handler = self.handlers.get(event.get("type", ""))
                 if handler is None:
                     await self.error(f"unknown or unsupported event type {event.get('type')!r}", "unknown_event",
-                                     "type", event.get("event_id") if isinstance(event, dict) else None)
+                                     "type", event.get("event_id"))
                     continue
                 try:
                     await handler(event)

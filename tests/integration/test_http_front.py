@@ -289,6 +289,19 @@ def test_realtime_errors_are_events_and_the_session_goes_on(api: openai.OpenAI) 
         assert error.type == "error" and error.error.code == "unknown_event"
 
 
+def test_realtime_answers_a_frame_that_is_not_json_and_goes_on(http_mesh: Proc) -> None:
+    from websockets.sync.client import connect
+
+    url = f"ws://127.0.0.1:{http_mesh.ports['http']['http_port']}/v1/realtime?model=any"
+    with connect(url, additional_headers={"authorization": f"Bearer {KEY}"}) as ws:
+        assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+        for frame in ("{not json", "[1, 2]"):
+            ws.send(frame)
+            assert json.loads(ws.recv(timeout=30))["error"]["code"] == "invalid_json"
+        ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
+        assert json.loads(ws.recv(timeout=30))["type"] == "input_audio_buffer.cleared"
+
+
 def test_realtime_cancel_ends_a_response_as_cancelled(api: openai.OpenAI) -> None:
     with api.realtime.connect(model="any") as conn:
         assert conn.recv().type == "session.created"
