@@ -64,3 +64,18 @@ def test_original_layout_loads_the_same_weights(tmp_path: Path, asr_ckpt: Path, 
     assert original.cfg == asr_lm.cfg
     for (name, ours), (_, theirs) in zip(asr_lm.state_dict().items(), original.state_dict().items()):
         assert torch.equal(ours, theirs), name
+
+
+def test_kernel_path_on_cpu_matches_reference_path(asr_ckpt: Path, asr_lm: ThinkerLM) -> None:
+    """The GPU path's structure (fused q/k/v, fused residual norms, the dense MLP after them), its kernels falling
+    back to their references off CUDA."""
+    from tests.parity.thinker.thinker_forced import forced_steps
+
+    fused = ThinkerLM.load(asr_ckpt, dtype=torch.float32, use_kernels=True)
+    assert fused.use_kernels
+    prompts = [list(p) for p in PROMPTS]
+    want = forced_steps(asr_lm, prompts, None, 4)
+    got = forced_steps(fused, prompts, want.greedy, 4)
+    for g, w in zip(got.logits, want.logits):
+        torch.testing.assert_close(g, w, **TOL)
+    assert got.greedy == want.greedy
