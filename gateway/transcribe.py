@@ -3,6 +3,7 @@ Qwen3-ASR's transcription layout, and the model's `language <Name><asr_text><tex
 event, transcript deltas and the whole transcript."""
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from gateway.service import DoneEvent, OmniService, TextEvent, UsageEvent
 from gateway.transcription import ASR_TEXT, assistant_prefill, language_name
 
 MAX_CONTEXT_CHARS = 10_000
+MAX_CONTEXT_TOKENS = 2_048  # hotwords and domain terms, not documents: it is prefilled with every clip
 MAX_REQUEST_ID_CHARS = 128
 NO_SPEECH = "None"  # what the model names as the language of silence
 
@@ -38,6 +40,7 @@ TranscribeEventOut = LanguageEvent | TextEvent | TranscriptEvent | UsageEvent | 
 class TranscribeInput:
     chat: ChatInput
     language: str | None  # the forced language's name
+    context: str = ""
 
 
 def transcribe_input_from_pb(req: omni_pb2.TranscribeRequest, defaults: SamplingDefaults) -> TranscribeInput:
@@ -55,7 +58,7 @@ def transcribe_input_from_pb(req: omni_pb2.TranscribeRequest, defaults: Sampling
              Turn("assistant", (assistant_prefill(language),)))
     chat = ChatInput(request_id=req.request_id or uuid.uuid4().hex, turns=turns, sampling=sampling,
                      want_audio=False, voice="", return_codes=False, use_audio_in_video=False, continue_final=True)
-    return TranscribeInput(chat, language)
+    return TranscribeInput(chat, language, req.context)
 
 
 class TranscribeService:
@@ -69,6 +72,7 @@ class TranscribeService:
         if self.family != "qwen3-asr":
             raise Unimplemented(f"Transcribe: this deployment serves {self.family}, not a Qwen3-ASR model; "
                                 "send the audio to Chat instead")
+        await self._check_context(request.context)
         split = AnswerSplitter(request.language, self.service.prompts.tokenizer.token_id(ASR_TEXT))
         async for ev in self.service.chat(request.chat, timeout):
             if isinstance(ev, TextEvent):
@@ -80,6 +84,15 @@ class TranscribeService:
                 yield ev
             else:
                 yield ev
+
+
+    async def _check_context(self, context: str) -> None:
+        if not context:
+            return
+        num_tokens = len(await asyncio.to_thread(self.service.prompts.tokenizer.encode, context, False))
+        if num_tokens > MAX_CONTEXT_TOKENS:
+            raise InvalidArgument("context", f"is {num_tokens} tokens; at most {MAX_CONTEXT_TOKENS}: keep it to the "
+                                             "hotwords, names and terms the audio may hold")
 
 
 class AnswerSplitter:

@@ -78,3 +78,22 @@ def test_an_omni_deployment_does_not_transcribe() -> None:
 
     with pytest.raises(Unimplemented, match="serves qwen3-omni, not a Qwen3-ASR model"):
         asyncio.run(first())
+
+
+def test_context_over_its_token_cap_is_invalid_argument() -> None:
+    class Tokens:
+        @staticmethod
+        def encode(text: str, allow_special: bool = True) -> list[int]:
+            return list(range(len(text.split())))
+
+    class Service:
+        prompts = type("Prompts", (), {"tokenizer": Tokens()})()
+
+    job = transcribe_input_from_pb(request(context="w " * 2049), SamplingDefaults())
+
+    async def first() -> None:
+        async for _ in TranscribeService(Service(), family="qwen3-asr").transcribe(job, None):  # type: ignore
+            pass
+
+    with pytest.raises(InvalidArgument, match=r"^context: is 2049 tokens; at most 2048"):
+        asyncio.run(first())
