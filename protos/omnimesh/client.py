@@ -23,6 +23,7 @@ Sampling fields (temperature, max_tokens, stop, logprobs, ...) are keyword argum
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,7 +31,8 @@ import grpc
 
 from omnimesh.errors import from_rpc_error
 from omnimesh.events import Event, Reply, event_from_pb
-from omnimesh.messages import ChatOptions, MessagesLike, Sampling, chat_request
+from omnimesh.messages import Audio, ChatOptions, MessagesLike, Sampling, chat_request
+from omnimesh.transcripts import TranscriptEvent, TranscriptReply, transcribe_request, transcript_event_from_pb
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from runtime.channels import channel_options
 
@@ -109,6 +111,29 @@ class Client(_Base):
             reply.add(event)
         return reply
 
+    def transcribe_stream(self, audio: Audio | bytes | str | Path, *, language: str = "", context: str = "",
+                          sampling: Sampling | None = None, request_id: str = "", timeout: float | None = None,
+                          api_key: str | None = None, **sampling_fields: Any) -> Iterator[TranscriptEvent]:
+        """A Qwen3-ASR deployment's transcription as events (Language, TextDelta, Transcript, Usage, then Done).
+        `language`: an ISO code or name to force; `context`: hotwords and terms for the model."""
+        sampling = replace(sampling or Sampling(), **sampling_fields)
+        request = transcribe_request(audio, language, context, sampling, request_id)
+        call = self._stub.Transcribe(request, **self._call_kwargs(timeout, api_key))
+        try:
+            for ev in call:
+                yield transcript_event_from_pb(ev)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+        finally:
+            call.cancel()
+
+    def transcribe(self, audio: Audio | bytes | str | Path, **kwargs: Any) -> TranscriptReply:
+        """The whole transcription at once; takes transcribe_stream's arguments."""
+        reply = TranscriptReply()
+        for event in self.transcribe_stream(audio, **kwargs):
+            reply.add(event)
+        return reply
+
     def info(self, *, timeout: float | None = None, api_key: str | None = None) -> MeshInfo:
         try:
             return MeshInfo.from_pb(self._stub.Info(common_pb2.InfoRequest(), **self._call_kwargs(timeout, api_key)))
@@ -154,6 +179,27 @@ class AsyncClient(_Base):
     async def chat(self, messages: MessagesLike, **kwargs: Any) -> Reply:
         reply = Reply()
         async for event in self.chat_stream(messages, **kwargs):
+            reply.add(event)
+        return reply
+
+    async def transcribe_stream(self, audio: Audio | bytes | str | Path, *, language: str = "", context: str = "",
+                                sampling: Sampling | None = None, request_id: str = "", timeout: float | None = None,
+                                api_key: str | None = None, **sampling_fields: Any) -> AsyncIterator[TranscriptEvent]:
+        """As Client.transcribe_stream."""
+        sampling = replace(sampling or Sampling(), **sampling_fields)
+        request = transcribe_request(audio, language, context, sampling, request_id)
+        call = self._stub.Transcribe(request, **self._call_kwargs(timeout, api_key))
+        try:
+            async for ev in call:
+                yield transcript_event_from_pb(ev)
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        finally:
+            call.cancel()
+
+    async def transcribe(self, audio: Audio | bytes | str | Path, **kwargs: Any) -> TranscriptReply:
+        reply = TranscriptReply()
+        async for event in self.transcribe_stream(audio, **kwargs):
             reply.add(event)
         return reply
 

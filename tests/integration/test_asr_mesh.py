@@ -139,3 +139,17 @@ def test_info_names_the_family_and_what_is_served(addr: str) -> None:
     assert out.returncode == 0, out.stderr
     assert "(qwen3-asr)" in out.stdout.splitlines()[0]
     assert "in: text, audio   out: text" in out.stdout
+
+
+def test_python_client_transcribes(addr: str, wav: Path) -> None:
+    import omnimesh
+
+    with omnimesh.Client(addr, timeout=60) as client:
+        reply = client.transcribe(wav, language="English", max_tokens=4)
+        assert reply.language == "English" and len(reply.token_ids) == 4 and reply.finish_reason == "length"
+        try:
+            client.transcribe(wav, language="xx")
+        except omnimesh.InvalidArgument as err:
+            assert err.field_violations[0].field == "language"
+        else:
+            raise AssertionError("an unknown language was accepted")
