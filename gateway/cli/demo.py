@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DEMO_MODELS = ("qwen3-omni", "qwen3-asr")
+DEMO_MODELS = ("qwen3-omni", "qwen3-omni-thinking", "qwen3-omni-captioner", "qwen3-asr")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo-checkpoint", help="write a tiny randomly initialised Qwen3-Omni or Qwen3-ASR in HF format")
     p.add_argument("--model", choices=DEMO_MODELS, default="qwen3-omni",
-                   help="which family (qwen3-asr: the -hf layout of Qwen3-ASR)")
+                   help="which model (thinking / captioner: Omni without a talker; qwen3-asr: its -hf layout)")
     p.add_argument("--out", type=Path, required=True, help="directory to write")
     p.add_argument("--seed", type=int, default=0, help="weights seed (same seed, same bytes)")
     p.set_defaults(run=run)
@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from runtime.checkpoint.demo import build_demo_checkpoint
 
-        path = build_demo_checkpoint(args.out, seed=args.seed)
+        variant = args.model.removeprefix("qwen3-omni").removeprefix("-") or "instruct"
+        path = build_demo_checkpoint(args.out, seed=args.seed, variant=variant)
     print(path)
     return 0

@@ -46,15 +46,25 @@ def write_weights(out_dir: Path, seed: int) -> None:
         shutil.move(str(Path(tmp) / WEIGHTS_FILE), out_dir / WEIGHTS_FILE)
 
 
-def build_demo_checkpoint(out_dir: Path, seed: int = 0) -> Path:
+# Thinking and Captioner checkpoints carry no talker: `enable_audio_output: false` and no talker / code2wav tensors.
+SILENT_VARIANTS = ("thinking", "captioner")
+
+
+def build_demo_checkpoint(out_dir: Path, seed: int = 0, variant: str = "instruct") -> Path:
     """Writes the demo checkpoint into `out_dir` (created if missing) and returns it.
 
     Same seed, same bytes. Files: config.json, generation_config.json, model.safetensors, tokenizer.json,
     tokenizer_config.json, chat_template.json, preprocessor_config.json, video_preprocessor_config.json.
+    `variant` "thinking" or "captioner": the same thinker, without the talker (transformers builds and saves none).
     """
+    if variant not in ("instruct", *SILENT_VARIANTS):
+        raise ValueError(f"variant {variant!r}: use instruct, thinking or captioner")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "config.json", demo_config())
+    config = demo_config()
+    if variant in SILENT_VARIANTS:
+        config["enable_audio_output"] = False
+    write_json(out_dir / "config.json", config)
     write_json(out_dir / "generation_config.json", generation_config())
     write_weights(out_dir, seed)
     write_tokenizer_files(out_dir)
