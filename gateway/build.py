@@ -54,7 +54,7 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
         input_modalities=["text", *sorted(served_inputs)],
         output_modalities=[omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if talker else []))
     add = partial(add_omni_servicer, max_request_bytes=mesh.gateway.server.max_message_bytes)
-    transcriber = TranscribeService(service, family)
+    transcriber = TranscribeService(service, family, mesh.gateway.max_audio_seconds)
     server.add_service(add, OmniServicer(service, mesh.gateway, info, transcriber), SERVICE_NAME)
     return lambda: None
 

@@ -8,15 +8,18 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
-from omnimesh.v1 import omni_pb2
+from omnimesh.v1 import common_pb2, omni_pb2
 from runtime.config import SamplingDefaults
 from runtime.errors import InvalidArgument, Unimplemented
 from runtime.sampling import resolve_sampling
 from gateway.chat_input import ChatInput, MediaBytes, Turn
+from gateway.long_audio import MAX_WINDOW_S, header_seconds, pieces, wav_bytes
+from gateway.media.audio import DEFAULT_MAX_SECONDS, decode_audio
 from gateway.service import DoneEvent, OmniService, TextEvent, UsageEvent
 from gateway.transcription import ASR_TEXT, assistant_prefill, language_name
 
 MAX_CONTEXT_CHARS = 10_000
+UNSPACED_LANGUAGES = frozenset({"Chinese", "Cantonese", "Japanese", "Thai"})
 MAX_CONTEXT_TOKENS = 2_048  # hotwords and domain terms, not documents: it is prefilled with every clip
 MAX_REQUEST_ID_CHARS = 128
 NO_SPEECH = "None"  # what the model names as the language of silence
@@ -62,17 +65,26 @@ def transcribe_input_from_pb(req: omni_pb2.TranscribeRequest, defaults: Sampling
 
 
 class TranscribeService:
-    """Runs transcriptions through the chat path; only a Qwen3-ASR deployment serves them."""
+    """Runs transcriptions through the chat path; only a Qwen3-ASR deployment serves them. Audio longer than
+    `window_s` is transcribed window by window (see long_audio.py), the pieces' transcripts joined."""
 
-    def __init__(self, service: OmniService, family: str) -> None:
+    def __init__(self, service: OmniService, family: str, max_audio_seconds: float = DEFAULT_MAX_SECONDS,
+                 window_s: float = MAX_WINDOW_S) -> None:
         self.service = service
         self.family = family
+        self.max_audio_seconds = max_audio_seconds
+        self.window_s = window_s
 
     async def transcribe(self, request: TranscribeInput, timeout: float | None) -> AsyncIterator[TranscribeEventOut]:
         if self.family != "qwen3-asr":
             raise Unimplemented(f"Transcribe: this deployment serves {self.family}, not a Qwen3-ASR model; "
                                 "send the audio to Chat instead")
         await self._check_context(request.context)
+        audio = request.chat.media[0]
+        if await asyncio.to_thread(header_seconds, audio.data) > self.window_s:
+            async for ev in self._transcribe_long(request, audio, timeout):
+                yield ev
+            return
         split = AnswerSplitter(request.language, self.service.prompts.tokenizer.token_id(ASR_TEXT))
         async for ev in self.service.chat(request.chat, timeout):
             if isinstance(ev, TextEvent):
@@ -86,6 +98,34 @@ class TranscribeService:
                 yield ev
 
 
+    async def _transcribe_long(self, request: TranscribeInput, audio: MediaBytes,
+                               timeout: float | None) -> AsyncIterator[TranscribeEventOut]:
+        """One chat per window, in order: the first window's language, every window's deltas, then the joined
+        transcript, the summed usage and the last window's finish reason."""
+        decoded = await asyncio.to_thread(decode_audio, audio.data, audio.field, self.max_audio_seconds)
+        language, texts, usage, finish = request.language, [], common_pb2.Usage(), common_pb2.FINISH_REASON_STOP
+        for i, piece in enumerate(pieces(decoded.samples, self.window_s)):
+            chat = with_audio(request.chat, f"{request.chat.request_id}-{i}", wav_bytes(piece))
+            split = AnswerSplitter(request.language, self.service.prompts.tokenizer.token_id(ASR_TEXT))
+            async for ev in self.service.chat(chat, timeout):
+                if isinstance(ev, DoneEvent):
+                    finish = ev.finish_reason
+                    continue
+                if isinstance(ev, UsageEvent):
+                    add_usage(usage, ev.usage)
+                for out in split.feed(ev) if isinstance(ev, TextEvent) else split.finish():  # text, or usage
+                    if isinstance(out, TranscriptEvent):
+                        texts.append(out.text)
+                    elif isinstance(out, LanguageEvent):
+                        language = out.language if i == 0 else language
+                        if i == 0:
+                            yield out
+                    else:
+                        yield out
+        yield TranscriptEvent(language or "", join_pieces(texts, language or ""))
+        yield UsageEvent(usage)
+        yield DoneEvent(finish)
+
     async def _check_context(self, context: str) -> None:
         if not context:
             return
@@ -93,6 +133,24 @@ class TranscribeService:
         if num_tokens > MAX_CONTEXT_TOKENS:
             raise InvalidArgument("context", f"is {num_tokens} tokens; at most {MAX_CONTEXT_TOKENS}: keep it to the "
                                              "hotwords, names and terms the audio may hold")
+
+
+def with_audio(chat: ChatInput, request_id: str, wav: bytes) -> ChatInput:
+    """The chat with its one audio item replaced by `wav`."""
+    turns = tuple(Turn(t.role, tuple(MediaBytes("audio", wav, "audio/wav", p.field) if isinstance(p, MediaBytes)
+                                     else p for p in t.parts)) for t in chat.turns)
+    return replace(chat, request_id=request_id, turns=turns)
+
+
+def add_usage(total: common_pb2.Usage, usage: common_pb2.Usage) -> None:
+    for f in usage.DESCRIPTOR.fields:
+        setattr(total, f.name, getattr(total, f.name) + getattr(usage, f.name))
+
+
+def join_pieces(texts: list[str], language: str) -> str:
+    """Scripts without spaces between words are joined as they are; others with one space."""
+    sep = "" if language in UNSPACED_LANGUAGES else " "
+    return sep.join(t for t in texts if t)
 
 
 class AnswerSplitter:

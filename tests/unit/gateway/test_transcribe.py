@@ -97,3 +97,71 @@ def test_context_over_its_token_cap_is_invalid_argument() -> None:
 
     with pytest.raises(InvalidArgument, match=r"^context: is 2049 tokens; at most 2048"):
         asyncio.run(first())
+
+
+class FakeChat:
+    """An OmniService whose chat answers each window with a canned `language <Name><asr_text>` reply."""
+
+    def __init__(self, replies: list[list[tuple[str, list[int]]]]) -> None:
+        self.replies = replies
+        self.chats: list = []
+        tokens = type("Tokens", (), {"token_id": staticmethod(lambda text: ASR_TEXT_ID),
+                                     "encode": staticmethod(lambda text, allow_special=True: [])})()
+        self.prompts = type("Prompts", (), {"tokenizer": tokens})()
+
+    async def chat(self, chat, timeout):
+        from gateway.service import DoneEvent, UsageEvent
+
+        reply = self.replies[len(self.chats)]
+        self.chats.append(chat)
+        for text, ids in reply:
+            yield TextEvent(text, ids, [])
+        yield UsageEvent(common_pb2.Usage(prompt_tokens=10, completion_tokens=len(reply)))
+        yield DoneEvent(common_pb2.FINISH_REASON_STOP)
+
+
+def test_long_audio_is_transcribed_window_by_window() -> None:
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    from gateway.long_audio import RATE
+
+    samples = np.full(RATE * 25, 0.1, dtype=np.float32)
+    samples[RATE * 9:RATE * 9 + 1600] = 0  # a quiet point before the first 10 s window ends
+    buf = io.BytesIO()
+    sf.write(buf, samples, RATE, format="WAV", subtype="FLOAT")
+    fake = FakeChat([[("language English<asr_text>", [1, ASR_TEXT_ID]), ("one", [5])],
+                     [("language German<asr_text>two", [1, ASR_TEXT_ID, 6])],
+                     [("language English<asr_text>", [1, ASR_TEXT_ID]), ("three", [7])]])
+    job = transcribe_input_from_pb(omni_pb2.TranscribeRequest(audio=omni_pb2.Media(data=buf.getvalue())),
+                                   SamplingDefaults())
+
+    async def collect() -> list:
+        service = TranscribeService(fake, family="qwen3-asr", window_s=10.0)  # type: ignore[arg-type]
+        return [ev async for ev in service.transcribe(job, None)]
+
+    events = asyncio.run(collect())
+    assert [ev for ev in events if isinstance(ev, LanguageEvent)] == [LanguageEvent("English")]
+    assert [ev.token_ids for ev in events if isinstance(ev, TextEvent)] == [[5], [6], [7]]
+    assert TranscriptEvent("English", "one two three") in events
+    assert events[-2].usage.prompt_tokens == 30 and events[-1].finish_reason == common_pb2.FINISH_REASON_STOP
+    lengths = [sf.info(io.BytesIO(c.turns[-2].parts[0].data)).frames for c in fake.chats]
+    assert lengths[0] == RATE * 9 + 800 and sum(lengths) == samples.shape[0] and max(lengths) <= RATE * 10
+    assert [c.request_id for c in fake.chats] == [f"{job.chat.request_id}-{i}" for i in range(3)]
+
+
+def test_cut_points_land_in_quiet_and_bound_every_piece() -> None:
+    import numpy as np
+
+    from gateway.long_audio import RATE, cut_points, header_seconds, wav_bytes
+
+    rng = np.random.default_rng(0)
+    samples = rng.standard_normal(RATE * 61).astype(np.float32)
+    samples[RATE * 27:RATE * 27 + 3200] *= 1e-3
+    starts = cut_points(samples, window_s=30.0, search_s=5.0)
+    assert starts[:2] == [0, RATE * 27 + 800] and all(b - a <= RATE * 30 for a, b in zip(starts, starts[1:]))
+    assert samples.shape[0] - starts[-1] <= RATE * 30
+    assert cut_points(samples[:RATE * 30], 30.0) == [0]
+    assert header_seconds(wav_bytes(samples)) == 61.0 and header_seconds(b"junk") == 0.0
