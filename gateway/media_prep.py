@@ -16,7 +16,7 @@ from gateway.clients.encoders import AudioClient, VisionClient, VisionItemInput
 from gateway.media.audio import DecodedAudio, decode_audio, extract_video_audio
 from gateway.media.footprint import audio_bytes, image_bytes, video_bytes
 from gateway.media.heap import map_large_blocks, return_freed_heap
-from gateway.media.vision import VisionMediaConfig, decode_image, decode_video, image_tokens
+from gateway.media.vision import VisionMediaConfig, decode_image, decode_video, image_tokens, video_tokens
 
 _PB_KIND = {"image": thinker_pb2.MEDIA_KIND_IMAGE, "video": thinker_pb2.MEDIA_KIND_VIDEO,
             "audio": thinker_pb2.MEDIA_KIND_AUDIO, "audio_in_video": thinker_pb2.MEDIA_KIND_AUDIO_IN_VIDEO}
@@ -111,11 +111,13 @@ class MediaPipeline:
         return total
 
     def header_tokens(self, media: list[MediaBytes]) -> int:
-        """Thinker tokens the request's images take by their headers alone (other media count 0: a lower bound), so a
-        prompt that cannot fit is refused before any pixel is decoded. Blocks: run it on a worker thread."""
+        """Thinker tokens the request's images and videos take by their headers alone (audio counts 0: a lower
+        bound), so a prompt that cannot fit is refused before any pixel is decoded. Blocks: run it on a worker
+        thread."""
         if self._vision_cfg is None:
             return 0
-        return sum(image_tokens(m.data, m.field, self._vision_cfg) for m in media if m.kind == "image")
+        count = {"image": image_tokens, "video": video_tokens}
+        return sum(count[m.kind](m.data, m.field, self._vision_cfg) for m in media if m.kind in count)
 
     def _decode_one(self, m: MediaBytes, use_audio_in_video: bool) -> DecodedMedia:
         if m.kind == "audio":

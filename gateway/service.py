@@ -137,11 +137,13 @@ class OmniService:
         return ThinkerPrompt(chat.request_id, prompt.ids, spans, tensors, chat.use_audio_in_video)
 
     async def _check_media_fits(self, chat: ChatInput) -> None:
-        """Twelve 8000x8000 PNGs decoded for 12 s before the prompt check refused them: their headers say as much."""
+        """Twelve 8000x8000 PNGs decoded for 12 s before the prompt check refused them: their headers say as much
+        (a video's too: its header and packets give the frames the reference samples)."""
         media_len = await asyncio.to_thread(self.media.header_tokens, chat.media)
         if media_len and media_len >= (context_len := await self.max_model_len()):
-            raise InvalidArgument("messages", f"the images alone take {media_len} tokens by their headers; the model's "
-                                  f"context is {context_len} tokens; send fewer or smaller images")
+            raise InvalidArgument("messages", f"the images and videos alone take {media_len} tokens by their headers; "
+                                  f"the model's context is {context_len} tokens; send fewer or smaller images, or "
+                                  "shorter videos")
 
 
 class TextClock:

@@ -257,24 +257,52 @@ def frame_cap_message(cfg: VisionMediaConfig) -> str:
     return f"needs more than {cfg.video_max_frames} frames at {cfg.video_fps} fps; send at most {seconds:g} s"
 
 
+class VideoPlan(NamedTuple):
+    """What a video's header and packets say before any frame is decoded."""
+
+    size: Size  # frames resized to this (`smart_resize`, video bounds)
+    total: int  # frames counted in the first video stream
+    keep: list[int]  # the frame indices the reference processor samples
+
+
+def plan_video(container: av.container.InputContainer, data: bytes, field: str, cfg: VisionMediaConfig) -> VideoPlan:
+    """Header checks, then the frames the reference processor samples at `cfg.video_fps` (no frame decoded)."""
+    if not container.streams.video:
+        raise InvalidArgument(field, "has no video stream; send a video with frames")
+    stream = container.streams.video[0]
+    check_video_stream(stream, field, cfg)
+    size = target_size(field, stream.codec_context.height, stream.codec_context.width, cfg, video=True)
+    total = count_frames(data)
+    check_frame_rate(total, duration_seconds(stream), field)
+    rate = stream.average_rate or stream.guessed_rate
+    source_fps = float(rate) if rate else total / max(duration_seconds(stream) or 1.0, 1e-6)
+    if math.ceil(total / source_fps * cfg.video_fps - 1e-6) > cfg.video_max_frames:
+        raise InvalidArgument(field, frame_cap_message(cfg))
+    wanted = reference_frame_indices(total, source_fps, cfg.video_fps, cfg.video_min_frames,
+                                     cfg.video_max_frames, cfg.temporal_patch_size)
+    return VideoPlan(size, total, list(range(total)) if wanted is None else wanted)  # under one patch: every frame
+
+
+def video_tokens(data: bytes, field: str, cfg: VisionMediaConfig) -> int:
+    """The thinker tokens the video will take, from its header and packets alone (no frame decoded); a damaged
+    stream can decode fewer frames than planned, never more."""
+    with open_video(data, field) as container:
+        plan = plan_video(container, data, field, cfg)
+    return _video_token_count(len(plan.keep), plan.size, cfg)
+
+
+def _video_token_count(frames: int, size: Size, cfg: VisionMediaConfig) -> int:
+    t = -(-frames // cfg.temporal_patch_size)
+    return t * (size.height // cfg.patch_size) * (size.width // cfg.patch_size) // cfg.merge_size**2
+
+
 def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVideo:
     """MP4 / WebM / MKV bytes -> the frames the reference processor samples at `cfg.video_fps`, resized with
     `smart_resize` (video bounds)."""
     with open_video(data, field) as container:
-        if not container.streams.video:
-            raise InvalidArgument(field, "has no video stream; send a video with frames")
+        size, total, keep_list = plan_video(container, data, field, cfg)
+        keep = set(keep_list)
         stream = container.streams.video[0]
-        check_video_stream(stream, field, cfg)
-        size = target_size(field, stream.codec_context.height, stream.codec_context.width, cfg, video=True)
-        total = count_frames(data)
-        check_frame_rate(total, duration_seconds(stream), field)
-        rate = stream.average_rate or stream.guessed_rate
-        source_fps = float(rate) if rate else total / max(duration_seconds(stream) or 1.0, 1e-6)
-        if math.ceil(total / source_fps * cfg.video_fps - 1e-6) > cfg.video_max_frames:
-            raise InvalidArgument(field, frame_cap_message(cfg))
-        wanted = reference_frame_indices(total, source_fps, cfg.video_fps, cfg.video_min_frames,
-                                         cfg.video_max_frames, cfg.temporal_patch_size)
-        keep = set(range(total) if wanted is None else wanted)  # a clip under one temporal patch: every frame
         stream.thread_type = "AUTO"  # frame- and slice-threaded decoding where the codec allows it
         selected: list[np.ndarray] = []
         try:
@@ -294,7 +322,7 @@ def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVide
     return DecodedVideo(
         frames=frames,
         grid=grid,
-        num_tokens=t * grid.h * grid.w // cfg.merge_size**2,
+        num_tokens=_video_token_count(len(selected), size, cfg),
         fps=cfg.video_fps,
         second_per_grid=cfg.temporal_patch_size / cfg.video_fps,
         content_hash=content_hash(data, "video", size, cfg.video_fps),

@@ -18,6 +18,7 @@ from gateway.chat_input import MediaBytes, chat_input_from_pb
 from gateway.media.vision import MAX_SOURCE_FPS, VisionMediaConfig, decode_video, target_size
 from gateway.media_prep import MediaPipeline
 from gateway.service import OmniService
+from tests.integration.media_files import mp4
 
 FIELD = "messages[0].content[0].image"
 
@@ -57,8 +58,8 @@ def test_images_that_cannot_fit_the_context_are_refused_before_decoding() -> Non
     async def first_event() -> object:
         return await anext(service.chat(chat, None))
 
-    with pytest.raises(InvalidArgument, match="the images alone take 1944 tokens by their headers; the model's "
-                                              "context is 1024 tokens"):
+    with pytest.raises(InvalidArgument, match="the images and videos alone take 1944 tokens by their headers; the "
+                                              "model's context is 1024 tokens"):
         asyncio.run(first_event())
 
 
@@ -80,3 +81,31 @@ def test_a_video_with_more_frames_than_its_duration_allows_is_refused() -> None:
                                               rf"at most {MAX_SOURCE_FPS}"):
         decode_video(fast_clip(1500, 1000), "messages[0].content[0].video", cfg)
     assert decode_video(fast_clip(300, 240), "messages[0].content[0].video", cfg).frames.shape[0] == 4  # slow motion
+
+
+@pytest.mark.parametrize(("num_frames", "fps", "height", "width"), [(8, 4, 64, 96), (30, 10, 120, 160), (3, 4, 64, 64)])
+def test_video_tokens_from_its_header_are_what_decoding_gives(num_frames: int, fps: int, height: int,
+                                                               width: int) -> None:
+    """The frames the reference samples, counted from header and packets: exactly the decoded video's tokens."""
+    cfg = VisionMediaConfig()
+    pipeline = MediaPipeline(cfg, object(), 0, None, 600.0)  # type: ignore[arg-type]
+    data = mp4(num_frames=num_frames, fps=fps, height=height, width=width)
+    field = "messages[0].content[0].video"
+    want = decode_video(data, field, cfg).num_tokens
+    assert pipeline.header_tokens([MediaBytes("video", data, "", field)]) == want > 0
+
+
+def test_videos_that_cannot_fit_the_context_are_refused_before_decoding() -> None:
+    pipeline = NeverDecode(VisionMediaConfig(), object(), 0, None, 600.0)  # type: ignore[arg-type]
+    service = OmniService(None, ThinkerInfo(), pipeline, None, Metrics("gateway", "t"), 1.0)  # type: ignore[arg-type]
+    part = omni_pb2.ContentPart(video=omni_pb2.Media(data=mp4(num_frames=40, fps=2, height=448, width=448)))
+    chat = chat_input_from_pb(omni_pb2.ChatRequest(messages=[omni_pb2.Message(role="user", content=[part])]),
+                              SamplingDefaults())
+
+    async def first_event() -> object:
+        return await anext(service.chat(chat, None))
+
+    with pytest.raises(InvalidArgument, match=r"the images and videos alone take \d+ tokens by their headers; the "
+                                              "model's context is 1024 tokens; send fewer or smaller images, or "
+                                              "shorter videos"):
+        asyncio.run(first_event())
