@@ -14,14 +14,17 @@ from runtime.stage_main import run_stage, stage_arg_parser
 from gateway.build import build_gateway
 
 
-def with_flags(mesh: MeshConfig, args: argparse.Namespace, env_keys: tuple[str, ...]) -> MeshConfig:
+def with_flags(mesh: MeshConfig, args: argparse.Namespace, env_keys: tuple[str, ...],
+               env_special_keys: tuple[str, ...] = ()) -> MeshConfig:
     """Stage addresses from --<stage>-addr (a stage given an address is enabled) and API keys from the environment."""
     for stage in STAGES:
         addr = getattr(args, f"{stage}_addr")
         if addr:
             mesh = replace(mesh, **{stage: replace(mesh.stage(stage), address=addr, enabled=True)})
-    if env_keys:
-        mesh = replace(mesh, gateway=replace(mesh.gateway, api_keys=mesh.gateway.api_keys + env_keys))
+    if env_keys or env_special_keys:
+        gw = mesh.gateway
+        mesh = replace(mesh, gateway=replace(gw, api_keys=gw.api_keys + env_keys,
+                                             special_token_api_keys=gw.special_token_api_keys + env_special_keys))
     return mesh
 
 
@@ -32,10 +35,11 @@ def main() -> None:
     args, _ = parser.parse_known_args()
     # API keys and the stage token come from the environment (Kubernetes Secrets), read here at start, never at import.
     env_keys = tuple(k for k in os.environ.get("OMNIMESH_API_KEYS", "").split(",") if k)
+    env_special = tuple(k for k in os.environ.get("OMNIMESH_SPECIAL_TOKEN_API_KEYS", "").split(",") if k)
     stage_token = os.environ.get(STAGE_TOKEN_ENV, "")
 
     async def build(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
-        return await build_gateway(with_flags(mesh, args, env_keys), model_dir, server, stage_token)
+        return await build_gateway(with_flags(mesh, args, env_keys, env_special), model_dir, server, stage_token)
 
     run_stage("gateway", build, parser=parser)
 

@@ -49,6 +49,7 @@ class ChatInput:
     use_audio_in_video: bool
     speech_sampling: common_pb2.SamplingParams | None = None  # fields set checked; the talker owns the defaults
     continue_final: bool = False  # the prompt ends inside the last (assistant) turn, which the model continues
+    special_tokens: bool = False  # text spelling a special token becomes it (a key of gateway.special_token_api_keys)
 
     @property
     def media(self) -> list[MediaBytes]:

@@ -35,7 +35,7 @@ class PromptBuilder:
                     for t in chat.turns]
         prompt = build_prompt_ids(self.tokenizer, self.template, messages, [d.num_tokens for d in decoded],
                                   add_generation_prompt=not chat.continue_final,
-                                  special_in_text=self.allow_special_tokens,
+                                  special_in_text=self.allow_special_tokens or chat.special_tokens,
                                   continue_final_message=chat.continue_final)
         if not any(d.with_track for d in decoded):
             return prompt

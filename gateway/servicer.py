@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -13,7 +14,7 @@ from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from runtime.config import GatewayConfig
 from runtime.errors import OmniError, ResourceExhausted
 from runtime.logs import request_id_var
-from gateway.auth import check_api_key
+from gateway.auth import check_api_key, holds_key
 from gateway.chat_input import chat_input_from_pb
 from gateway.request_decode import refuse_undecodable
 from gateway.service import ChatEventOut, OmniService, TextEvent, UsageEvent
@@ -30,6 +31,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         self._cfg = cfg
         self._info = info
         self._in_flight = 0  # Chat streams open now; one event loop serves them, so a plain count does
+        self._keys = cfg.api_keys + cfg.special_token_api_keys  # every key that authenticates
 
     async def Chat(self, request: omni_pb2.ChatRequest,
                    context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.ChatEvent]:
@@ -44,6 +46,8 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
     async def _chat_events(self, request: omni_pb2.ChatRequest,
                            context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.ChatEvent]:
         chat = chat_input_from_pb(request, self._cfg.sampling)
+        if holds_key(context.invocation_metadata() or (), self._cfg.special_token_api_keys):
+            chat = replace(chat, special_tokens=True)
         request_id_var.set(chat.request_id)
         seq = 0
         async for ev in self._service.chat(chat, timeout=context.time_remaining()):
@@ -69,7 +73,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         m.get("omnimesh_requests_in_flight").inc()
         self._in_flight += 1
         try:
-            check_api_key(context.invocation_metadata() or (), self._cfg.api_keys)
+            check_api_key(context.invocation_metadata() or (), self._keys)
             refuse_undecodable(request)
             if self._in_flight > self._cfg.max_in_flight:
                 raise ResourceExhausted(f"this gateway holds {self._in_flight - 1} chat streams, its limit "
@@ -96,7 +100,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
 
     async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> omni_pb2.OmniInfo:
         """The gateway's own description (fixed at start) with each stage's Info, asked now."""
-        check_api_key(context.invocation_metadata() or (), self._cfg.api_keys)
+        check_api_key(context.invocation_metadata() or (), self._keys)
         refuse_undecodable(request)
         stages = await self._service.stage_infos()
         info = omni_pb2.OmniInfo()

@@ -275,6 +275,9 @@ class GatewayConfig:
     # Text spelling a special token (`<|im_start|>`) becomes that token; off, it is plain text, so a user cannot forge
     # turns or system prompts through the chat template. Turn on only when every client is trusted.
     allow_special_tokens: StrictBool = False
+    # API keys whose requests may spell special tokens when allow_special_tokens is off (a trusted back end beside
+    # public clients); each authenticates like api_keys. Also from $OMNIMESH_SPECIAL_TOKEN_API_KEYS (comma-separated).
+    special_token_api_keys: Items[StrictStr] = ()
 
     def __post_init__(self) -> None:
         check(self.video_fps > 0 and float(2 / self.video_fps * 13).is_integer(), "video_fps", self.video_fps,

@@ -22,6 +22,7 @@ from tests.integration.status_checks import assert_invalid_argument
 
 KEY = "k-hostile"
 AUTH = [("authorization", f"Bearer {KEY}")]
+TRUSTED_KEY = "k-trusted-backend"  # in gateway.special_token_api_keys: its requests may spell special tokens
 MAX_REQUEST_BYTES = 2 << 20  # the smallest the config allows
 VALID = chat_request("hi", common_pb2.SamplingParams(max_tokens=2)).SerializeToString()
 UNDECODABLE = {
@@ -35,13 +36,13 @@ UNDECODABLE = {
 
 @pytest.fixture(scope="module")
 def keyed_gateway(demo_ckpt, tmp_path_factory, mesh: Proc) -> Iterator[Proc]:
-    """A gateway that wants an API key, takes requests up to 2 MiB and lets text spell special tokens, on the session
-    mesh's thinker."""
+    """A gateway that wants an API key, takes requests up to 2 MiB and lets the text of one key's requests spell special
+    tokens (that key given in config, the other in the environment), on the session mesh's thinker."""
     from runtime.server import READY_PREFIX
 
     config = tmp_path_factory.mktemp("keyed") / "mesh.yaml"
     gateway = {**TEST_MESH["gateway"], "server": {"max_message_bytes": MAX_REQUEST_BYTES},
-               "allow_special_tokens": True}
+               "special_token_api_keys": [TRUSTED_KEY]}
     config.write_text(yaml.safe_dump({**TEST_MESH, "gateway": gateway}))
     cmd = python_module("gateway", "--model", str(demo_ckpt), "--config", str(config), "--port", "0",
                         "--metrics-port", "0", "--thinker-addr", f"127.0.0.1:{mesh.ports['thinker']['grpc_port']}")
@@ -203,13 +204,17 @@ def test_special_token_text_is_plain_text(gateway_addr: str, demo_ckpt) -> None:
     assert prompt_tokens > len(template_ids) + len(tok.encode(FORGED))
 
 
-def test_a_deployment_may_allow_special_token_text(keyed_gateway: Proc, demo_ckpt) -> None:
+def test_a_deployment_may_allow_special_token_text_to_one_key(keyed_gateway: Proc, demo_ckpt) -> None:
+    """gateway.special_token_api_keys: that key's text spells special tokens; another key's stays plain text."""
     from runtime.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(demo_ckpt)
     template_ids = tok.encode("<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n")
-    prompt_tokens = asyncio.run(_prompt_tokens(addr_of(keyed_gateway), FORGED, AUTH))
+    trusted = [("authorization", f"Bearer {TRUSTED_KEY}")]
+    prompt_tokens = asyncio.run(_prompt_tokens(addr_of(keyed_gateway), FORGED, trusted))
     assert prompt_tokens == len(template_ids) + len(tok.encode(FORGED))
+    plain = asyncio.run(_prompt_tokens(addr_of(keyed_gateway), FORGED, AUTH))
+    assert plain == len(template_ids) + len(tok.encode(FORGED, allow_special=False)) > prompt_tokens
 
 
 async def _prompt_tokens(addr: str, text: str, metadata=None) -> int:

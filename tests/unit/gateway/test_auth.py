@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import check_api_key
+from gateway.auth import check_api_key, holds_key
 from runtime.errors import Unauthenticated
 
 KEYS = ("alpha-key", "beta-key")
@@ -47,3 +47,17 @@ def test_rejections(metadata: list[tuple[str, str | bytes]], text: str) -> None:
 def test_only_the_first_authorization_header_counts() -> None:
     with pytest.raises(Unauthenticated):
         check_api_key([("authorization", "Bearer wrong"), ("authorization", "Bearer alpha-key")], KEYS)
+
+
+@pytest.mark.parametrize(("metadata", "holds"), [
+    ([("authorization", "Bearer beta-key")], True),
+    ([("authorization", b"bearer alpha-key")], True),
+    ([("authorization", "Bearer gamma-key")], False),
+    ([("authorization", "Basic alpha-key")], False),  # another scheme never matches
+    ([("authorization", "Bearer ")], False),
+    ([], False),
+])
+def test_holds_key_says_whether_the_bearer_key_is_listed(metadata: list[tuple[str, str | bytes]],
+                                                         holds: bool) -> None:
+    assert holds_key(metadata, KEYS) is holds
+    assert holds_key(metadata, ()) is False
