@@ -324,3 +324,15 @@ def test_realtime_refuses_a_key_the_gateway_does_not_know(api: openai.OpenAI) ->
     with pytest.raises(websockets.exceptions.InvalidStatus):
         with api.with_options(api_key="sk-wrong").realtime.connect(model="any") as conn:
             conn.recv()
+
+
+def test_omnimesh_http_on_a_port_in_use_says_so() -> None:
+    import socket
+    import subprocess
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run([OMNIMESH, "http", "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in run.stderr
