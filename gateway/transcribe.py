@@ -97,7 +97,6 @@ class TranscribeService:
             else:
                 yield ev
 
-
     async def _transcribe_long(self, request: TranscribeInput, audio: MediaBytes,
                                timeout: float | None) -> AsyncIterator[TranscribeEventOut]:
         """One chat per window, in order: the first window's language, every window's deltas, then the joined
@@ -117,8 +116,8 @@ class TranscribeService:
                     if isinstance(out, TranscriptEvent):
                         texts.append(out.text)
                     elif isinstance(out, LanguageEvent):
-                        language = out.language if i == 0 else language
-                        if i == 0:
+                        if i == 0:  # later windows name their own; the stream keeps the first's
+                            language = out.language
                             yield out
                     else:
                         yield out
