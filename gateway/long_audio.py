@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import io
 
-import av
 import numpy as np
 import soundfile as sf
+
+from gateway.media.audio import header_seconds  # noqa: F401 - where the transcription path takes it from
 
 RATE = 16_000
 MAX_WINDOW_S = 1200.0
 QUIET_FRAME_S = 0.1
 SEARCH_S = 10.0  # how far back from a window's end a cut may move to find a quiet point
-
-
-def header_seconds(data: bytes) -> float:
-    """A file's duration from its header alone (0 when no header says): decides whether to decode it here."""
-    try:
-        return float(sf.info(io.BytesIO(data)).duration)
-    except (sf.LibsndfileError, RuntimeError, TypeError):
-        try:
-            with av.open(io.BytesIO(data), mode="r") as container:
-                return container.duration / av.time_base if container.duration is not None else 0.0
-        except (av.FFmpegError, ValueError, UnicodeDecodeError):
-            return 0.0
 
 
 def cut_points(samples: np.ndarray, window_s: float = MAX_WINDOW_S, search_s: float = SEARCH_S) -> list[int]:

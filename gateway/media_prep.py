@@ -13,7 +13,7 @@ from runtime.errors import Unimplemented
 from runtime.work_budget import WorkBudget
 from gateway.chat_input import MediaBytes
 from gateway.clients.encoders import AudioClient, VisionClient, VisionItemInput
-from gateway.media.audio import DecodedAudio, decode_audio, extract_video_audio
+from gateway.media.audio import DecodedAudio, decode_audio, extract_video_audio, header_token_count
 from gateway.media.footprint import audio_bytes, image_bytes, video_bytes
 from gateway.media.heap import map_large_blocks, return_freed_heap
 from gateway.media.vision import VisionMediaConfig, decode_image, decode_video, image_tokens, video_tokens
@@ -111,13 +111,14 @@ class MediaPipeline:
         return total
 
     def header_tokens(self, media: list[MediaBytes]) -> int:
-        """Thinker tokens the request's images and videos take by their headers alone (audio counts 0: a lower
-        bound), so a prompt that cannot fit is refused before any pixel is decoded. Blocks: run it on a worker
-        thread."""
+        """Thinker tokens the request's media take at least by their headers alone (a video's sound track counts 0),
+        so a prompt that cannot fit is refused before any pixel or sample is decoded. Blocks: run it on a worker
+        thread, after check_served."""
+        total = sum(header_token_count(m.data, self._max_audio_seconds) for m in media if m.kind == "audio")
         if self._vision_cfg is None:
-            return 0
+            return total
         count = {"image": image_tokens, "video": video_tokens}
-        return sum(count[m.kind](m.data, m.field, self._vision_cfg) for m in media if m.kind in count)
+        return total + sum(count[m.kind](m.data, m.field, self._vision_cfg) for m in media if m.kind in count)
 
     def _decode_one(self, m: MediaBytes, use_audio_in_video: bool) -> DecodedMedia:
         if m.kind == "audio":

@@ -141,9 +141,9 @@ class OmniService:
         (a video's too: its header and packets give the frames the reference samples)."""
         media_len = await asyncio.to_thread(self.media.header_tokens, chat.media)
         if media_len and media_len >= (context_len := await self.max_model_len()):
-            raise InvalidArgument("messages", f"the images and videos alone take {media_len} tokens by their headers; "
+            raise InvalidArgument("messages", f"the media alone take {media_len} tokens by their headers; "
                                   f"the model's context is {context_len} tokens; send fewer or smaller images, or "
-                                  "shorter videos")
+                                  "shorter videos and clips")
 
 
 class TextClock:

@@ -183,3 +183,25 @@ def _phase_bank(h: np.ndarray, up: int) -> np.ndarray:
     bank = np.zeros(taps * up, dtype=h.dtype)
     bank[:h.shape[0]] = h
     return np.ascontiguousarray(bank.reshape(taps, up).T[:, ::-1])
+
+
+def header_seconds(data: bytes) -> float:
+    """A file's duration from its header alone (0 when no header says): decides whether to decode it here."""
+    try:
+        return float(sf.info(io.BytesIO(data)).duration)
+    except (sf.LibsndfileError, RuntimeError, TypeError):
+        try:
+            with av.open(io.BytesIO(data), mode="r") as container:
+                return container.duration / av.time_base if container.duration is not None else 0.0
+        except (av.FFmpegError, ValueError, UnicodeDecodeError):
+            return 0.0
+
+
+HEADER_SLACK_S = 0.1  # a header may round a clip's length up by a frame or an encoder's padding
+
+
+def header_token_count(data: bytes, max_seconds: float) -> int:
+    """The thinker tokens a clip takes at least, from its header's duration alone (0 when no header says), so a
+    prompt that cannot fit is refused before any sample is decoded."""
+    seconds = min(header_seconds(data), max_seconds) - HEADER_SLACK_S
+    return audio_token_count(mel_frame_count(int(seconds * TARGET_RATE))) if seconds > 0 else 0

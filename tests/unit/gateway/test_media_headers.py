@@ -15,10 +15,11 @@ from runtime.config import SamplingDefaults
 from runtime.errors import InvalidArgument
 from runtime.metrics import Metrics
 from gateway.chat_input import MediaBytes, chat_input_from_pb
+from gateway.media.audio import decode_audio
 from gateway.media.vision import MAX_SOURCE_FPS, VisionMediaConfig, decode_video, target_size
 from gateway.media_prep import MediaPipeline
 from gateway.service import OmniService
-from tests.integration.media_files import mp4
+from tests.integration.media_files import mp4, wav
 
 FIELD = "messages[0].content[0].image"
 
@@ -58,7 +59,7 @@ def test_images_that_cannot_fit_the_context_are_refused_before_decoding() -> Non
     async def first_event() -> object:
         return await anext(service.chat(chat, None))
 
-    with pytest.raises(InvalidArgument, match="the images and videos alone take 1944 tokens by their headers; the "
+    with pytest.raises(InvalidArgument, match="the media alone take 1944 tokens by their headers; the "
                                               "model's context is 1024 tokens"):
         asyncio.run(first_event())
 
@@ -105,7 +106,33 @@ def test_videos_that_cannot_fit_the_context_are_refused_before_decoding() -> Non
     async def first_event() -> object:
         return await anext(service.chat(chat, None))
 
-    with pytest.raises(InvalidArgument, match=r"the images and videos alone take \d+ tokens by their headers; the "
+    with pytest.raises(InvalidArgument, match=r"the media alone take \d+ tokens by their headers; the "
                                               "model's context is 1024 tokens; send fewer or smaller images, or "
-                                              "shorter videos"):
+                                              "shorter videos and clips"):
+        asyncio.run(first_event())
+
+
+@pytest.mark.parametrize("seconds", [0.3, 2.0, 7.5])
+def test_audio_tokens_from_its_header_are_at_most_what_decoding_gives(seconds: float) -> None:
+    """A lower bound (a header may round a clip up): never more than decoding gives, and within a few tokens."""
+    pipeline = MediaPipeline(None, None, 0, object(), 600.0)  # type: ignore[arg-type]
+    data = wav(seconds=seconds)
+    field = "messages[0].content[0].audio"
+    got = pipeline.header_tokens([MediaBytes("audio", data, "", field)])
+    want = decode_audio(data, field, 600.0).token_count
+    assert want - 3 <= got <= want
+    assert pipeline.header_tokens([MediaBytes("audio", b"no header", "", field)]) == 0
+
+
+def test_clips_that_cannot_fit_the_context_are_refused_before_decoding() -> None:
+    pipeline = NeverDecode(None, None, 0, object(), 600.0)  # type: ignore[arg-type]
+    service = OmniService(None, ThinkerInfo(), pipeline, None, Metrics("gateway", "t"), 1.0)  # type: ignore[arg-type]
+    part = omni_pb2.ContentPart(audio=omni_pb2.Media(data=wav(seconds=90.0)))  # ~1,170 tokens
+    chat = chat_input_from_pb(omni_pb2.ChatRequest(messages=[omni_pb2.Message(role="user", content=[part])]),
+                              SamplingDefaults())
+
+    async def first_event() -> object:
+        return await anext(service.chat(chat, None))
+
+    with pytest.raises(InvalidArgument, match=r"the media alone take \d+ tokens by their headers"):
         asyncio.run(first_event())
