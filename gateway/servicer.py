@@ -70,6 +70,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         m = self._service.metrics
         t0 = time.monotonic()
         code = "OK"
+        finish = "stop"
         m.get("omnimesh_requests_in_flight").inc()
         self._in_flight += 1
         try:
@@ -80,6 +81,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
                                         f"gateway.max_in_flight={self._cfg.max_in_flight}; retry shortly, or add "
                                         "gateway replicas")
             async for event in events(request, context):
+                finish = _finish_reason(event, finish)
                 yield event
         except OmniError as err:
             code = err.grpc_code_name
@@ -95,6 +97,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
             m.get("omnimesh_requests_in_flight").dec()
             outcome = "ok" if code == "OK" else "cancelled" if code in ("CANCELLED", "DEADLINE_EXCEEDED") else "error"
             m.get("omnimesh_requests_total", outcome=outcome, code=code).inc()
+            m.get("omnimesh_finished_requests_total", finish_reason=finish if code == "OK" else "abort").inc()
             if code == "OK":  # the latency SLO is over answers; refusals in microseconds would flatter it
                 m.get("omnimesh_e2e_request_latency_seconds").observe(time.monotonic() - t0)
 
@@ -108,6 +111,16 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         info.stages.extend(stages)
         info.voices.extend(v for s in stages if s.stage == "talker" for v in s.voices)
         return info
+
+
+_FINISH_NAMES = {common_pb2.FINISH_REASON_STOP: "stop", common_pb2.FINISH_REASON_LENGTH: "length"}
+
+
+def _finish_reason(event: Message, so_far: str) -> str:
+    """How the stream ends as its events say: a Done event's reason (cancelled or failed ones count as abort)."""
+    if isinstance(event, omni_pb2.ChatEvent) and event.HasField("done"):
+        return _FINISH_NAMES.get(event.done.finish_reason, "abort")
+    return so_far
 
 
 def _to_pb(seq: int, ev: ChatEventOut) -> omni_pb2.ChatEvent:

@@ -1,9 +1,11 @@
-"""Prometheus metrics: every omnimesh_* series, labelled stage and replica, in a registry of the process's own."""
+"""Prometheus metrics: the omnimesh_* series a stage has, labelled stage, replica and model_name, beside the
+process_* series, in a registry of the process's own."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
+from prometheus_client import disable_created_metrics
 
 # Bounds for LLM latencies, after vLLM's: fine below a second where TTFT/ITL live, coarse up to minutes for E2E.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -17,7 +19,14 @@ STEP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1,
 COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TOKEN_BUCKETS = (1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
-BASE = ("stage", "replica")
+BASE = ("stage", "replica", "model_name")
+STAGES = ("gateway", "vision", "audio", "thinker", "talker")
+GATEWAY = ("gateway",)
+MODEL_STAGES = ("vision", "audio", "thinker", "talker")
+ENGINES = ("thinker", "talker")
+ENCODERS = ("vision", "audio")
+THINKER = ("thinker",)
+FINISH_REASONS = ("stop", "length", "abort")
 
 
 @dataclass(frozen=True)
@@ -27,47 +36,52 @@ class MetricSpec:
     help: str
     labels: tuple[str, ...] = ()
     buckets: tuple[float, ...] = ()
+    stages: tuple[str, ...] = STAGES  # the processes that expose it (a family no code of a stage sets is left out)
 
 
 # The contract with deploy/ (rules, dashboard): tests check deploy/metrics-contract.yaml names exactly these.
 SPECS: tuple[MetricSpec, ...] = (
     # gateway: the user-facing SLIs
-    MetricSpec("omnimesh_requests_total", "counter", "Chat requests by outcome and gRPC code.", ("outcome", "code")),
-    MetricSpec("omnimesh_requests_in_flight", "gauge", "Chat streams open now."),
+    MetricSpec("omnimesh_requests_total", "counter", "Chat requests by outcome and gRPC code.", ("outcome", "code"), stages=GATEWAY),
+    MetricSpec("omnimesh_requests_in_flight", "gauge", "Chat streams open now.", stages=GATEWAY),
     MetricSpec("omnimesh_time_to_first_token_seconds", "histogram", "Request start to first text token.", (),
-               TTFT_BUCKETS),
+               TTFT_BUCKETS, stages=GATEWAY),
     MetricSpec("omnimesh_inter_token_latency_seconds", "histogram", "Gap between text tokens, per token.", (),
-               ITL_BUCKETS),
+               ITL_BUCKETS, stages=GATEWAY),
     MetricSpec("omnimesh_e2e_request_latency_seconds", "histogram",
                "Request start to its last event, of requests that ended OK.", (),
-               E2E_BUCKETS),
+               E2E_BUCKETS, stages=GATEWAY),
     MetricSpec("omnimesh_time_to_first_audio_seconds", "histogram", "Request start to first audio chunk.", (),
-               TTFT_BUCKETS),
+               TTFT_BUCKETS, stages=GATEWAY),
     MetricSpec("omnimesh_audio_real_time_factor", "histogram", "Wall time over seconds of audio, per request.", (),
-               RTF_BUCKETS),
-    MetricSpec("omnimesh_audio_underruns_total", "counter", "Audio chunks that arrived after the previous ran out."),
-    MetricSpec("omnimesh_prompt_tokens_total", "counter", "Prompt tokens of finished requests."),
-    MetricSpec("omnimesh_generation_tokens_total", "counter", "Generated text tokens."),
+               RTF_BUCKETS, stages=GATEWAY),
+    MetricSpec("omnimesh_audio_underruns_total", "counter", "Audio chunks that arrived after the previous ran out.", stages=GATEWAY),
+    MetricSpec("omnimesh_finished_requests_total", "counter",
+               "Chat and transcription requests by how they ended: stop (end of turn, stop token or string), length "
+               "(max_tokens or the context), abort (cancelled, past its deadline, or failed).", ("finish_reason",),
+               stages=GATEWAY),
+    MetricSpec("omnimesh_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", stages=GATEWAY),
+    MetricSpec("omnimesh_generation_tokens_total", "counter", "Generated text tokens.", stages=GATEWAY),
     # stages
     MetricSpec("omnimesh_queue_time_seconds", "histogram", "Time a request waited before its first batch.", (),
-               TTFT_BUCKETS),
-    MetricSpec("omnimesh_queue_depth", "gauge", "Requests waiting for a batch."),
+               TTFT_BUCKETS, stages=MODEL_STAGES),
+    MetricSpec("omnimesh_queue_depth", "gauge", "Requests waiting for a batch.", stages=MODEL_STAGES),
     MetricSpec("omnimesh_stage_failures_total", "counter",
                "Times this process's compute failed for good (engine thread died, device fault); it then reports "
-               "NOT_SERVING until restarted."),
-    MetricSpec("omnimesh_requests_running", "gauge", "Requests in the running batch."),
-    MetricSpec("omnimesh_kv_usage_ratio", "gauge", "Share of KV cache blocks in use."),
-    MetricSpec("omnimesh_batch_size", "histogram", "Rows per step.", (), COUNT_BUCKETS),
-    MetricSpec("omnimesh_batch_tokens", "histogram", "Tokens per step.", (), TOKEN_BUCKETS),
-    MetricSpec("omnimesh_step_time_seconds", "histogram", "Wall time of one engine step.", (), STEP_BUCKETS),
-    MetricSpec("omnimesh_encoder_latency_seconds", "histogram", "Wall time of one encoder forward.", (), STEP_BUCKETS),
-    MetricSpec("omnimesh_encoder_items_per_batch", "histogram", "Media items per encoder forward.", (), COUNT_BUCKETS),
-    MetricSpec("omnimesh_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache."),
-    MetricSpec("omnimesh_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache."),
+               "NOT_SERVING until restarted.", stages=MODEL_STAGES),
+    MetricSpec("omnimesh_requests_running", "gauge", "Requests in the running batch.", stages=ENGINES),
+    MetricSpec("omnimesh_kv_usage_ratio", "gauge", "Share of KV cache blocks in use.", stages=THINKER),
+    MetricSpec("omnimesh_batch_size", "histogram", "Rows per step.", (), COUNT_BUCKETS, stages=ENGINES),
+    MetricSpec("omnimesh_batch_tokens", "histogram", "Tokens per step.", (), TOKEN_BUCKETS, stages=THINKER),
+    MetricSpec("omnimesh_step_time_seconds", "histogram", "Wall time of one engine step.", (), STEP_BUCKETS, stages=ENGINES),
+    MetricSpec("omnimesh_encoder_latency_seconds", "histogram", "Wall time of one encoder forward.", (), STEP_BUCKETS, stages=ENCODERS),
+    MetricSpec("omnimesh_encoder_items_per_batch", "histogram", "Media items per encoder forward.", (), COUNT_BUCKETS, stages=ENCODERS),
+    MetricSpec("omnimesh_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", stages=THINKER),
+    MetricSpec("omnimesh_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", stages=THINKER),
     MetricSpec("omnimesh_edge_bytes_total", "counter", "Payload bytes sent from one stage to another.",
-               ("from_stage", "to_stage")),
+               ("from_stage", "to_stage"), stages=GATEWAY),
     MetricSpec("omnimesh_edge_seconds_total", "counter", "Seconds spent moving payloads between stages.",
-               ("from_stage", "to_stage")),
+               ("from_stage", "to_stage"), stages=GATEWAY),
     # gRPC server
     MetricSpec("omnimesh_grpc_server_started_total", "counter", "RPCs started.", ("grpc_service", "grpc_method")),
     MetricSpec("omnimesh_grpc_server_handled_total", "counter", "RPCs completed, by status code.",
@@ -85,12 +99,17 @@ class Metrics:
     servers can live in one test process.
     """
 
-    def __init__(self, stage: str, replica: str) -> None:
+    def __init__(self, stage: str, replica: str, model_name: str = "") -> None:
+        if stage not in STAGES:
+            raise ValueError(f"stage {stage!r}: expected one of {STAGES}")
+        disable_created_metrics()  # a _created series per counter and histogram doubles what Prometheus stores
         self.stage = stage
         self.replica = replica
+        self.model_name = model_name
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
         self._families = {}
-        for spec in SPECS:
+        for spec in self.specs:
             labels = BASE + spec.labels
             if spec.kind == "counter":
                 fam = Counter(_strip_total(spec.name), spec.help, labels, registry=self.registry)
@@ -99,12 +118,18 @@ class Metrics:
             else:
                 fam = Histogram(spec.name, spec.help, labels, buckets=spec.buckets, registry=self.registry)
             self._families[spec.name] = fam
-        for spec in SPECS:  # unlabelled series exist (at 0) from the start, so dashboards show them
+        for spec in self.specs:  # unlabelled series exist (at 0) from the start, so dashboards show them
             if not spec.labels:
                 self.get(spec.name)
 
+    @property
+    def specs(self) -> list[MetricSpec]:
+        """The families this stage exposes."""
+        return [spec for spec in SPECS if self.stage in spec.stages]
+
     def get(self, name: str, **labels: str):
-        return self._families[name].labels(stage=self.stage, replica=self.replica, **labels)
+        return self._families[name].labels(stage=self.stage, replica=self.replica, model_name=self.model_name,
+                                           **labels)
 
     def serve(self, host: str, port: int) -> int:
         """Starts the /metrics HTTP endpoint; returns the bound port (port 0 picks a free one)."""

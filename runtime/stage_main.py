@@ -68,7 +68,7 @@ def run_stage(stage: str, builder: StageBuilder, argv: list[str] | None = None,
 
 async def _serve(stage: str, replica: str, mesh: MeshConfig, server_cfg: ServerConfig, builder: StageBuilder,
                  stage_token: str = "") -> None:
-    metrics = Metrics(stage, replica)
+    metrics = Metrics(stage, replica, Path(mesh.model).name)
     # the gateway reads a public request up to twice its limit, to refuse one over it by name (request_decode.py)
     receive = 2 * server_cfg.max_message_bytes if stage == "gateway" else None
     server = StageServer(stage, replica, server_cfg, metrics, receive, stage_token)

@@ -30,11 +30,12 @@ def test_histograms_have_increasing_buckets_and_others_none() -> None:
             assert buckets is None, m["name"]
 
 
-def test_every_series_is_labelled_stage_and_replica_first() -> None:
+def test_every_series_is_labelled_stage_replica_and_model_first() -> None:
     data = contract()
-    assert data["common_labels"] == ["stage", "replica"]
+    assert data["common_labels"] == ["stage", "replica", "model_name"]
     for m in data["metrics"]:
-        assert m["labels"][:2] == ["stage", "replica"], m["name"]
+        assert m["labels"][:3] == ["stage", "replica", "model_name"], m["name"]
+        assert m["stages"] and set(m["stages"]) <= set(data["label_values"]["stage"]), m["name"]
         assert len(m["labels"]) == len(set(m["labels"])), m["name"]
         assert "le" not in m["labels"] and "namespace" not in m["labels"], m["name"]
 

@@ -272,7 +272,7 @@ def test_step_metrics_follow_the_scheduler() -> None:
     engine, _ = make_engine(max_num_seqs=1, num_blocks=10)
     metrics = Metrics("thinker", "r0")
     record = bind_engine_metrics(metrics, engine.scheduler)
-    labels = {"stage": "thinker", "replica": "r0"}
+    labels = {"stage": "thinker", "replica": "r0", "model_name": ""}
 
     def value(name: str) -> float | None:
         return metrics.registry.get_sample_value(name, labels)

@@ -10,7 +10,7 @@ from functools import partial
 import grpc
 import pytest
 
-from omnimesh.v1 import omni_pb2, omni_pb2_grpc
+from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from runtime.config import GatewayConfig, ServerConfig
 from runtime.errors import Unavailable
 from runtime.metrics import Metrics
@@ -32,7 +32,7 @@ class ScriptedService:
             raise KeyError("a bug")
         if text == "down":
             raise Unavailable("thinker stage is down", stage="thinker")
-        yield DoneEvent(1)
+        yield DoneEvent(common_pb2.FINISH_REASON_LENGTH if text == "long" else common_pb2.FINISH_REASON_STOP)
 
 
 @asynccontextmanager
@@ -69,7 +69,7 @@ async def chat_codes(texts: list[str]) -> tuple[list[grpc.StatusCode], Metrics]:
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:
-    value = metrics.registry.get_sample_value(name, {"stage": "gateway", "replica": "t", **labels})
+    value = metrics.registry.get_sample_value(name, {"stage": "gateway", "replica": "t", "model_name": "", **labels})
     return value or 0.0
 
 
@@ -82,6 +82,14 @@ def test_every_failure_is_counted_by_its_status_and_only_answers_are_timed() -> 
     assert counted == {"OK": 2, "INTERNAL": 1, "UNAVAILABLE": 1, "INVALID_ARGUMENT": 1}
     assert sample(metrics, "omnimesh_e2e_request_latency_seconds_count") == 2
     assert sample(metrics, "omnimesh_requests_in_flight") == 0
+
+
+def test_finished_requests_are_split_by_reason() -> None:
+    """stop and length from the Done event of an answer; every request that did not end OK is an abort."""
+    _, metrics = asyncio.run(chat_codes(["hi", "long", "bug", "down", "", "hi"]))
+    counted = {r: sample(metrics, "omnimesh_finished_requests_total", finish_reason=r) for r in ("stop", "length",
+                                                                                               "abort")}
+    assert counted == {"stop": 2, "length": 1, "abort": 3}
 
 
 @pytest.mark.parametrize("payload", [b"\xff\xff", b"\x0a\x02\xc3\x28"])

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
+from prometheus_client import generate_latest
 
-from runtime.metrics import BASE, SPECS, Metrics
+from runtime.metrics import BASE, SPECS, STAGES, Metrics
 
 CONTRACT = Path(__file__).resolve().parents[3] / "deploy" / "metrics-contract.yaml"
 
@@ -20,9 +22,24 @@ def test_registered_metrics_equal_the_contract() -> None:
         assert list(BASE + spec.labels) == promised["labels"], name
         assert spec.help == promised["help"], name
         assert list(spec.buckets) == [float(b) for b in promised.get("buckets", [])], name
+        assert list(spec.stages) == promised["stages"], name
 
 
-def test_exposition_names_match_the_contract() -> None:
-    m = Metrics("thinker", "r0")
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_exposes_its_families_and_the_process_ones(stage: str) -> None:
+    """Only what the stage sets (no family of another stage at 0), process_* beside them, no _created series."""
+    m = Metrics(stage, "r0", "Qwen3-Omni-30B-A3B-Instruct")
     exposed = {family.name + ("_total" if family.type == "counter" else "") for family in m.registry.collect()}
-    assert exposed == {s.name for s in SPECS}
+    ours = {s.name for s in SPECS if stage in s.stages}
+    assert {n for n in exposed if n.startswith("omnimesh_")} == ours
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"} <= exposed
+    text = generate_latest(m.registry).decode()
+    assert "_created" not in text
+    assert all('model_name="Qwen3-Omni-30B-A3B-Instruct"' in line for line in text.splitlines()
+               if line.startswith("omnimesh_"))
+
+
+def test_every_family_belongs_to_some_stage_and_a_stage_must_be_known() -> None:
+    assert all(s.stages and set(s.stages) <= set(STAGES) for s in SPECS)
+    with pytest.raises(ValueError, match="stage 'test': expected one of"):
+        Metrics("test", "r0")

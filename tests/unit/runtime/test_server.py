@@ -101,8 +101,8 @@ def add_probe(handler: grpc.GenericRpcHandler, server: grpc.aio.Server) -> None:
 @asynccontextmanager
 async def running(metrics_port: int = -1, drain_grace_s: float = 1.0,
                   ) -> AsyncIterator[tuple[StageServer, grpc.aio.Channel, BoundPorts]]:
-    metrics = Metrics("test", "r0")
-    srv = StageServer("test", "r0", ServerConfig(port=0, metrics_port=metrics_port, drain_grace_s=drain_grace_s),
+    metrics = Metrics("thinker", "r0")
+    srv = StageServer("thinker", "r0", ServerConfig(port=0, metrics_port=metrics_port, drain_grace_s=drain_grace_s),
                       metrics)
     srv.add_service(add_probe, probe_handler(), SERVICE)
     ports = await srv.start()
@@ -116,13 +116,13 @@ async def running(metrics_port: int = -1, drain_grace_s: float = 1.0,
 
 def handled(srv: StageServer, method: str, code: str) -> float:
     value = srv.metrics.registry.get_sample_value("omnimesh_grpc_server_handled_total", {
-        "stage": "test", "replica": "r0", "grpc_service": SERVICE, "grpc_method": method, "grpc_code": code})
+        "stage": "thinker", "replica": "r0", "model_name": "", "grpc_service": SERVICE, "grpc_method": method, "grpc_code": code})
     return value or 0.0
 
 
 def started(srv: StageServer, method: str) -> float:
     return srv.metrics.registry.get_sample_value("omnimesh_grpc_server_started_total", {
-        "stage": "test", "replica": "r0", "grpc_service": SERVICE, "grpc_method": method}) or 0.0
+        "stage": "thinker", "replica": "r0", "model_name": "", "grpc_service": SERVICE, "grpc_method": method}) or 0.0
 
 
 async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -227,7 +227,7 @@ def test_success_and_partial_streams(method: str) -> None:
                     async for r in call(channel, method)(arg):
                         got.append(r)
                 assert got == ([b"first"] if method == "ServerStream" else [b"echo:invalid"])
-            labels = {"stage": "test", "replica": "r0", "grpc_service": SERVICE, "grpc_method": method}
+            labels = {"stage": "thinker", "replica": "r0", "model_name": "", "grpc_service": SERVICE, "grpc_method": method}
             await eventually(lambda: srv.metrics.registry.get_sample_value(
                 "omnimesh_grpc_server_handling_seconds_count", labels) == started(srv, method))
 
@@ -371,7 +371,7 @@ def test_a_failed_engine_turns_health_not_serving_for_good(caplog: pytest.LogCap
     failure: list[BaseException] = []
 
     async def main() -> None:
-        srv = StageServer("test", "r0", ServerConfig(port=0, metrics_port=-1), Metrics("test", "r0"))
+        srv = StageServer("thinker", "r0", ServerConfig(port=0, metrics_port=-1), Metrics("thinker", "r0"))
         srv.add_service(add_probe, probe_handler(), SERVICE)
         srv.not_serving_when("the test engine", lambda: failure[0] if failure else None, Heartbeat(), 0)
         ports = await srv.start()
@@ -391,7 +391,8 @@ def test_a_failed_engine_turns_health_not_serving_for_good(caplog: pytest.LogCap
                     assert asyncio.get_running_loop().time() < end, "health never turned NOT_SERVING"
                     await asyncio.sleep(0.1)
                 assert srv.metrics.registry.get_sample_value("omnimesh_stage_failures_total",
-                                                             {"stage": "test", "replica": "r0"}) == 1
+                                                             {"stage": "thinker", "replica": "r0",
+                                                              "model_name": ""}) == 1
         finally:
             await srv.stop(0)
 
@@ -419,14 +420,14 @@ def test_metrics_endpoint_serves_the_registry() -> None:
             url = f"http://127.0.0.1:{ports.metrics_port}/metrics"
             body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
             assert 'omnimesh_grpc_server_handled_total{grpc_code="OK",grpc_method="Unary"' in body
-            assert 'omnimesh_queue_depth{replica="r0",stage="test"} 0.0' in body
+            assert 'omnimesh_queue_depth{model_name="",replica="r0",stage="thinker"} 0.0' in body
 
     run(main())
 
 
 def test_a_host_that_cannot_be_bound_fails_start() -> None:
     async def main() -> None:
-        srv = StageServer("test", "r0", ServerConfig(host="256.0.0.1", metrics_port=-1), Metrics("test", "r0"))
+        srv = StageServer("thinker", "r0", ServerConfig(host="256.0.0.1", metrics_port=-1), Metrics("thinker", "r0"))
         with pytest.raises((OSError, RuntimeError), match="256.0.0.1"):
             await srv.start()
 
@@ -436,8 +437,8 @@ def test_a_host_that_cannot_be_bound_fails_start() -> None:
 def test_a_port_in_use_fails_start() -> None:
     async def main() -> None:
         async with running() as (_, _c, ports):
-            other = StageServer("test", "r1", ServerConfig(port=ports.grpc_port, metrics_port=-1),
-                                Metrics("test", "r1"))
+            other = StageServer("thinker", "r1", ServerConfig(port=ports.grpc_port, metrics_port=-1),
+                                Metrics("thinker", "r1"))
             try:
                 with pytest.raises((OSError, RuntimeError)):
                     await other.start()
@@ -461,12 +462,16 @@ def test_announce_ready_prints_one_json_line(capsys: pytest.CaptureFixture[str])
 
 
 def test_metrics_families_exist_at_zero_and_take_labels() -> None:
-    m = Metrics("thinker", "r3")
-    assert m.registry.get_sample_value("omnimesh_queue_depth", {"stage": "thinker", "replica": "r3"}) == 0
-    m.get("omnimesh_requests_total", outcome="ok", code="OK").inc()
-    assert m.registry.get_sample_value("omnimesh_requests_total",
-                                       {"stage": "thinker", "replica": "r3", "outcome": "ok", "code": "OK"}) == 1
+    m = Metrics("thinker", "r3", "demo")
+    assert m.registry.get_sample_value("omnimesh_queue_depth",
+                                       {"stage": "thinker", "replica": "r3", "model_name": "demo"}) == 0
+    g = Metrics("gateway", "r3", "demo")
+    g.get("omnimesh_requests_total", outcome="ok", code="OK").inc()
+    assert g.registry.get_sample_value("omnimesh_requests_total", {"stage": "gateway", "replica": "r3",
+                                       "model_name": "demo", "outcome": "ok", "code": "OK"}) == 1
+    with pytest.raises(KeyError):  # a family the stage does not have
+        m.get("omnimesh_requests_total", outcome="ok", code="OK")
     with pytest.raises(KeyError):
         m.get("omnimesh_nope")
     with pytest.raises(ValueError):
-        m.get("omnimesh_requests_total")  # a labelled family needs its labels
+        g.get("omnimesh_requests_total")  # a labelled family needs its labels
