@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -30,9 +31,22 @@ def builder_fingerprint(seed: int) -> str:
 def cached_demo_checkpoint(seed: int = 0, cache_dir: Path | None = None) -> Path:
     """A built demo checkpoint for `seed`, built on first use. Treat the returned directory as read-only."""
     root = cache_dir or default_cache_dir()
-    target = root / f"seed{seed}-{builder_fingerprint(seed)}"
+    return cached_build(root / f"seed{seed}-{builder_fingerprint(seed)}", lambda d: build_demo_checkpoint(d, seed=seed))
+
+
+def cached_build(target: Path, build: Callable[[Path], None]) -> Path:
+    """`target`, built on first use by `build` into a staging directory beside it, then renamed into place."""
     if (target / "model.safetensors").exists():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".building-"))
+    build(staging)
+    try:
+        # Atomic publish; if a concurrent process won the race, keep its copy (the bytes are identical).
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=root, prefix=".building-"))
     build_demo_checkpoint(staging, seed=seed)

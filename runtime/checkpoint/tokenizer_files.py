@@ -21,7 +21,9 @@ MEDIA_TOKEN_ROLES: dict[str, str] = {
 }
 
 
-def tokenizer_config() -> dict[str, Any]:
+def tokenizer_config(model_max_length: int = 32768, extra_special_tokens: dict[str, str] | None = None,
+                     chat_template: str = CHAT_TEMPLATE) -> dict[str, Any]:
+    """A Qwen BPE tokenizer_config.json; defaults are the Omni demo's (the ASR demo passes its own)."""
     return {
         "tokenizer_class": "Qwen2Tokenizer",
         "add_bos_token": False,
@@ -33,9 +35,9 @@ def tokenizer_config() -> dict[str, Any]:
         "clean_up_tokenization_spaces": False,
         "errors": "replace",
         "split_special_tokens": False,
-        "model_max_length": 32768,
-        "extra_special_tokens": dict(MEDIA_TOKEN_ROLES),
-        "chat_template": CHAT_TEMPLATE,
+        "model_max_length": model_max_length,
+        "extra_special_tokens": dict(MEDIA_TOKEN_ROLES if extra_special_tokens is None else extra_special_tokens),
+        "chat_template": chat_template,
     }
 
 

@@ -16,6 +16,7 @@ from runtime.checkpoint.asr.chat_template_text import CHAT_TEMPLATE
 from runtime.checkpoint.asr.demo_config import demo_config, generation_config, preprocessor_config
 from runtime.checkpoint.demo_init import init_demo_weights
 from runtime.checkpoint.tokenizer_convert import TOKENIZER_JSON, cached_tokenizer_json
+from runtime.checkpoint.tokenizer_files import tokenizer_config as shared_tokenizer_config
 from runtime.checkpoint.tokenizer_files import write_json
 
 WEIGHTS_FILE = "model.safetensors"
@@ -29,22 +30,10 @@ ORIGINAL_PREFIXES: tuple[tuple[str, str], ...] = (
 
 
 def tokenizer_config() -> dict[str, Any]:
-    return {
-        "tokenizer_class": "Qwen2Tokenizer",
-        "add_bos_token": False,
-        "add_prefix_space": False,
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "clean_up_tokenization_spaces": False,
-        "errors": "replace",
-        "split_special_tokens": False,
-        "model_max_length": 65536,
-        "extra_special_tokens": {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
-                                 "audio_eos_token": "<|audio_end|>"},
-        "chat_template": CHAT_TEMPLATE,
-    }
+    return shared_tokenizer_config(
+        model_max_length=65536, chat_template=CHAT_TEMPLATE,
+        extra_special_tokens={"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>",
+                              "audio_eos_token": "<|audio_end|>"})
 
 
 def write_weights(out_dir: Path, seed: int) -> None:

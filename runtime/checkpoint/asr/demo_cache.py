@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 from pathlib import Path
 
 from runtime.checkpoint.asr.demo import build_asr_demo_checkpoint
-from runtime.checkpoint.demo_cache import builder_fingerprint
+from runtime.checkpoint.demo_cache import builder_fingerprint, cached_build, default_cache_dir
 
 ASR_PACKAGE_DIR = Path(__file__).parent
 
@@ -22,10 +20,9 @@ def asr_fingerprint(seed: int) -> str:
 
 def cached_asr_demo_checkpoint(seed: int = 0, cache_dir: Path | None = None) -> Path:
     """A built Qwen3-ASR demo checkpoint for `seed`, built on first use. Treat it as read-only."""
-    root = cache_dir or Path.home() / ".cache" / "omnimesh" / "demo_ckpt"
-    target = root / f"asr-seed{seed}-{asr_fingerprint(seed)}"
-    if (target / "model.safetensors").exists():
-        return target
+    root = cache_dir or default_cache_dir()
+    return cached_build(root / f"asr-seed{seed}-{asr_fingerprint(seed)}",
+                        lambda d: build_asr_demo_checkpoint(d, seed=seed))
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=root, prefix=".building-asr-"))
     build_asr_demo_checkpoint(staging, seed=seed)
