@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import mimetypes
 import os
@@ -98,14 +99,16 @@ def event_json(ev: omni_pb2.ChatEvent) -> dict:
     kind = ev.WhichOneof("event")
     if kind == "text":
         out = {"type": "text", "text": ev.text.text, "token_ids": list(ev.text.token_ids)}
-        if ev.text.logprobs:
-            out["logprobs"] = [{"token_id": lp.token_id, "logprob": lp.logprob,
-                                "top": [[t.token_id, t.logprob] for t in lp.top]} for lp in ev.text.logprobs]
+        if ev.text.logprobs:  # a token's text may be part of a character: its bytes decoded with replacement
+            out["logprobs"] = [{"token_id": lp.token_id, "token": lp.token.decode("utf-8", "replace"),
+                                "logprob": lp.logprob,
+                                "top": [[t.token_id, t.logprob, t.token.decode("utf-8", "replace")] for t in lp.top]}
+                               for lp in ev.text.logprobs]
         return out
     if kind == "audio":
         a = ev.audio
         out = {"type": "audio", "index": a.index, "sample_rate": a.sample_rate, "num_samples": len(a.pcm16) // 2,
-               "num_frames": a.num_frames}
+               "num_frames": a.num_frames, "pcm16_base64": base64.b64encode(a.pcm16).decode("ascii")}
         if a.codes:
             out["codes"] = list(a.codes)
         return out

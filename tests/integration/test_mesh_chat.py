@@ -31,6 +31,22 @@ def test_chat_streams_text_then_usage_then_done(gateway_addr: str) -> None:
     assert events[-1]["finish_reason"] in ("stop", "length")
 
 
+def test_chat_json_logprobs_carry_each_tokens_text(demo_ckpt, gateway_addr: str) -> None:
+    """--logprobs N: every generated token with its text, and its N most likely tokens with theirs (greedy: the
+    chosen token is the most likely one)."""
+    from runtime.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(demo_ckpt)
+    code, events = chat_json(gateway_addr, "Hello", "--max-tokens", "6", "--greedy", "--logprobs", "2")
+    assert code == 0, events
+    logprobs = [lp for e in events if e["type"] == "text" for lp in e.get("logprobs", [])]
+    assert [lp["token_id"] for lp in logprobs] == [t for e in events if e["type"] == "text" for t in e["token_ids"]]
+    for lp in logprobs:
+        assert lp["token"] == tok.token_bytes(lp["token_id"]).decode("utf-8", "replace")
+        assert len(lp["top"]) == 2 and lp["top"][0][0] == lp["token_id"]
+        assert all(text == tok.token_bytes(i).decode("utf-8", "replace") for i, _, text in lp["top"])
+
+
 def test_a_reader_that_leaves_early_ends_the_client_quietly(gateway_addr: str) -> None:
     """`omnimesh chat --json ... | head -1`: the client's next write meets a closed pipe; it exits without a
     traceback (status 1, as a cut-short stream is not a whole answer)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import signal
 import subprocess
@@ -67,6 +68,8 @@ def test_speak_writes_a_valid_24khz_wav(speech_mesh: Proc, tmp_path: Path) -> No
     audio = [e for e in events if e["type"] == "audio"]
     assert [a["index"] for a in audio] == list(range(len(audio)))
     assert sum(a["num_samples"] for a in audio) == round(seconds * 24_000)
+    with wave.open(str(out)) as w:  # each event carries its samples: together they are the file's
+        assert b"".join(base64.b64decode(a["pcm16_base64"]) for a in audio) == w.readframes(w.getnframes())
     assert events[-2]["type"] == "usage" and abs(events[-2]["audio_seconds"] - seconds) < 1e-3
     assert events[-1] == {"type": "done", "finish_reason": events[-1]["finish_reason"]}
 
