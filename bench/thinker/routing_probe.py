@@ -74,19 +74,6 @@ def mean_distinct_tokens(trace: engine_loop.DecodeTrace, rows: int) -> float | N
     return sum(counts) / len(counts) if counts else None
 
 
-def mean_distinct_tokens(trace: engine_loop.DecodeTrace, rows: int) -> float | None:
-    """Distinct tokens the decode steps of `rows` rows fed in, on average (rows alike in token share experts)."""
-    counts = [len({trace.tokens[s][pos] for s, pos in step}) for step in trace.steps if len(step) == rows]
-    return sum(counts) / len(counts) if counts else None
-
-
-def decoded_sequences(engine: Any, make: Any, first_index: int, count: int = 64) -> dict[int, list[int]]:
-    """Prompt and generated tokens of `count` sequences decoded 32 at a time (the calibration's second pass)."""
-    trace = engine_loop.DecodeTrace()
-    engine_loop.run_level(engine, make, 32, 0, count, first_index, trace)
-    return trace.tokens
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)

@@ -47,15 +47,6 @@ def cached_build(target: Path, build: Callable[[Path], None]) -> Path:
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
     return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=".building-"))
-    build_demo_checkpoint(staging, seed=seed)
-    try:
-        # Atomic publish; if a concurrent process won the race, keep its copy (the bytes are identical).
-        staging.rename(target)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def copy_demo_checkpoint(out_dir: Path, seed: int = 0) -> Path:

@@ -23,11 +23,3 @@ def cached_asr_demo_checkpoint(seed: int = 0, cache_dir: Path | None = None) -> 
     root = cache_dir or default_cache_dir()
     return cached_build(root / f"asr-seed{seed}-{asr_fingerprint(seed)}",
                         lambda d: build_asr_demo_checkpoint(d, seed=seed))
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=".building-asr-"))
-    build_asr_demo_checkpoint(staging, seed=seed)
-    try:
-        staging.rename(target)  # atomic publish; a concurrent builder's identical copy may have won
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
