@@ -17,10 +17,8 @@ from bench.thinker import engine_loop
 from bench.thinker.routing_replay import replay_experts
 from bench.thinker.workload import PromptMaker
 from runtime.config import EngineConfig
-from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.sequence import Sequence
-from services.thinker.model import ThinkerConfig, ThinkerLM, prompt_positions
-from services.thinker.request import ThinkerRequest
+from services.thinker.model import ThinkerConfig, ThinkerLM
 
 CALIBRATION_FIRST_INDEX = 10**7  # prompt indices no measured run uses
 
@@ -41,13 +39,11 @@ def calibrate_on(model: ThinkerLM, sequences: dict[int, list[int]], how: str = "
 def decode_greedy(engine: Any, maker: PromptMaker, cfg: ThinkerConfig, first_index: int, count: int,
                   max_tokens: int, rows: int = 32) -> dict[int, list[int]]:
     """Prompt and generated tokens of `count` greedy sequences decoded `rows` at a time."""
-    options = SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    options = engine_loop.workload_sampling("greedy", max_tokens)
 
     def make(index: int) -> Sequence:
         ids = maker.make(index).token_ids
-        pos = prompt_positions(ids, [], cfg)
-        return Sequence(index, f"calibrate-{index}", ids, options, frozenset(),
-                        ThinkerRequest(pos.positions, pos.rope_delta, []))
+        return engine_loop.text_sequence(index, ids, options, engine_loop.text_request(ids, cfg), "calibrate")
 
     trace = engine_loop.DecodeTrace()
     engine_loop.run_level(engine, make, rows, 0, count, first_index, trace)

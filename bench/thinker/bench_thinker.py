@@ -11,7 +11,6 @@ at a time; the JSON is rewritten after each phase, so a run cut short keeps what
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import logging
@@ -33,22 +32,21 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 
 import torch  # noqa: E402
 
-from bench.moe_routing import ROW_COUNTS, routing_record, step_experts_touched  # noqa: E402
+from bench.moe_routing import ROW_COUNTS, routing_record  # noqa: E402
 from bench.thinker import engine_loop, gateway_loop  # noqa: E402
 from bench.thinker.args import add_arguments, command_line  # noqa: E402
 from bench.thinker.hf_baseline import hf_generate  # noqa: E402
 from bench.thinker.random_model import random_model, real_config, write_checkpoint  # noqa: E402
-from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
 from bench.thinker.balance import balance_routing  # noqa: E402
-from bench.thinker.routing_replay import replay_experts  # noqa: E402
+from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
+from bench.thinker.routing_replay import trace_experts_touched  # noqa: E402
 from bench.thinker.workload import PromptMaker  # noqa: E402
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
 from omnimesh.v1 import omni_pb2  # noqa: E402
-from runtime.config import EngineConfig, SamplingDefaults  # noqa: E402
-from runtime.engine.sampling_params import SamplingOptions  # noqa: E402
+from runtime.config import EngineConfig  # noqa: E402
 from runtime.engine.sequence import Sequence  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
-from services.thinker.model import ThinkerConfig, ThinkerLM, prompt_positions  # noqa: E402
+from services.thinker.model import ThinkerConfig, ThinkerLM  # noqa: E402
 from services.thinker.request import ThinkerRequest  # noqa: E402
 
 log = logging.getLogger("bench_thinker")
@@ -140,38 +138,30 @@ class Bench:
             model = ThinkerLM.load(self.template_dir, self.device, self.dtype)
         else:
             model = random_model(self.config, self.device, self.dtype)
-            self.result["model_load_s"] = time.perf_counter() - t0
-            if self.args.routing == "balanced":
-                self.result["routing_calibration"] = balance_routing(
-                    model, self.prompt_maker(self.args.prompt_tokens), self.device, self.dtype)
-            return model
         self.result["model_load_s"] = time.perf_counter() - t0
         self.result["kernel_path"] = model.use_kernels
+        if not (self.args.model or self.tiny) and self.args.routing == "balanced":  # random weights only
+            self.result["routing_calibration"] = balance_routing(
+                model, self.prompt_maker(self.args.prompt_tokens), self.device, self.dtype)
         return model
 
     def prompt_maker(self, num_tokens: int) -> PromptMaker:
         return PromptMaker(self.template_dir, num_tokens, self.args.routing)
 
     def make_seq_factory(self, maker: PromptMaker, max_tokens: int):  # noqa: ANN201
-        sampling = SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-        if self.args.sampling == "model":  # what a request that sets no sampling field gets, seeded per request
-            d = SamplingDefaults()
-            sampling = dataclasses.replace(sampling, temperature=d.temperature, top_k=d.top_k, top_p=d.top_p,
-                                           min_p=d.min_p, repetition_penalty=d.repetition_penalty)
+        sampling = engine_loop.workload_sampling(self.args.sampling, max_tokens)
         cache: dict[int, tuple[list[int], ThinkerRequest]] = {}
 
         def prepare(indices: range) -> None:
             for i in indices:
                 ids = maker.make(i).token_ids
-                pos = prompt_positions(ids, [], self.cfg)
-                cache[i] = (ids, ThinkerRequest(pos.positions, pos.rope_delta, []))
+                cache[i] = (ids, engine_loop.text_request(ids, self.cfg))
 
         def make(index: int) -> Sequence:
             if index not in cache:
                 prepare(range(index, index + 1))
             ids, req = cache.pop(index)
-            options = sampling if sampling.is_greedy else dataclasses.replace(sampling, seed=index)
-            return Sequence(index, f"bench-{index}", ids, options, frozenset(), req)
+            return engine_loop.text_sequence(index, ids, sampling, req)
 
         return make, prepare
 
@@ -216,10 +206,7 @@ class Bench:
         """The routing record: distinct experts the measured levels' decode steps read (their sequences replayed
         through the same weights), beside the uniform expectation."""
         t0 = time.perf_counter()
-        used = {seq for step in trace.steps for seq, _ in step}
-        experts = replay_experts(model, {s: trace.tokens[s] for s in used})
-        rows = sorted(set(ROW_COUNTS) | set(self.args.concurrency))
-        touched = step_experts_touched(trace.steps, experts, self.cfg.num_experts, self.cfg.num_experts_per_tok, rows)
+        touched = trace_experts_touched(model, trace, sorted(set(ROW_COUNTS) | set(self.args.concurrency)))
         self.result["routing"] = routing_record(
             self.args.routing, touched, "the engine levels' decode steps, their sequences replayed through the same "
             "weights with the routers tapped (bench/thinker/routing_replay.py); the gateway run serves the same "

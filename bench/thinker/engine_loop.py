@@ -3,18 +3,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from bench.thinker.workload import RequestRecord, summarize
-from runtime.config import EngineConfig
+from runtime.config import EngineConfig, SamplingDefaults
 from runtime.engine.engine import Engine
+from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.scheduler import ScheduledBatch
 from runtime.engine.sequence import Sequence
 from services.thinker.build import build_engine as build_thinker_engine
-from services.thinker.model import ThinkerLM
+from services.thinker.model import ThinkerConfig, ThinkerLM, prompt_positions
+from services.thinker.request import ThinkerRequest
 from services.thinker.runner import ThinkerRunner
 
 
@@ -54,6 +56,29 @@ class StepRecord:
 def build_engine(model: ThinkerLM, eng: EngineConfig, device: torch.device, dtype: torch.dtype) -> Engine:
     """What the thinker stage runs (services/thinker/build.py), minus the server, with every step timed."""
     return build_thinker_engine(model, eng, device, dtype, wrap_runner=TimedRunner).engine
+
+
+def workload_sampling(sampling: str, max_tokens: int) -> SamplingOptions:
+    """greedy (the comparable workload), or "model": what a request that sets no sampling field gets."""
+    options = SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    if sampling == "greedy":
+        return options
+    d = SamplingDefaults()
+    return replace(options, temperature=d.temperature, top_k=d.top_k, top_p=d.top_p, min_p=d.min_p,
+                   repetition_penalty=d.repetition_penalty)
+
+
+def text_request(ids: list[int], cfg: ThinkerConfig) -> ThinkerRequest:
+    """What the thinker stage makes of a text-only prompt: its M-RoPE positions."""
+    pos = prompt_positions(ids, [], cfg)
+    return ThinkerRequest(pos.positions, pos.rope_delta, [])
+
+
+def text_sequence(index: int, ids: list[int], options: SamplingOptions, request: ThinkerRequest,
+                  prefix: str = "bench") -> Sequence:
+    """Sequence `index` of a workload; a sampled one seeded by its index, so a run repeats."""
+    seeded = options if options.is_greedy else replace(options, seed=index)
+    return Sequence(index, f"{prefix}-{index}", ids, seeded, frozenset(), request)
 
 
 @dataclass

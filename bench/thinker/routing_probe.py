@@ -8,7 +8,6 @@ the same after router calibration), with the decode step time and its uniform-ro
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
@@ -21,21 +20,19 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
-from bench.moe_routing import routing_record, step_experts_touched  # noqa: E402
+from bench.moe_routing import routing_record  # noqa: E402
 from bench.thinker import engine_loop  # noqa: E402
 from bench.thinker.balance import calibrate_on, calibrated_weights, decode_greedy  # noqa: E402
 from bench.thinker.bench_thinker import provenance_of  # noqa: E402
 from bench.thinker.random_model import random_model, real_config  # noqa: E402
 from bench.thinker.roofline import copy_bandwidth, decode_step_bytes  # noqa: E402
-from bench.thinker.routing_replay import replay_experts  # noqa: E402
+from bench.thinker.routing_replay import trace_experts_touched  # noqa: E402
 from bench.thinker.workload import PromptMaker  # noqa: E402
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
-from runtime.config import EngineConfig, SamplingDefaults  # noqa: E402
-from runtime.engine.sampling_params import SamplingOptions  # noqa: E402
+from runtime.config import EngineConfig  # noqa: E402
 from runtime.engine.sequence import Sequence  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
-from services.thinker.model import ThinkerConfig, ThinkerLM, prompt_positions  # noqa: E402
-from services.thinker.request import ThinkerRequest  # noqa: E402
+from services.thinker.model import ThinkerConfig, ThinkerLM  # noqa: E402
 
 log = logging.getLogger("routing_probe")
 # name -> (prompt vocabulary, decoding, calibration (how, LM head too) from the drawn weights, or None)
@@ -53,18 +50,11 @@ VARIANTS = {
 
 
 def sequence_factory(maker: PromptMaker, cfg: ThinkerConfig, sampling: str, max_tokens: int):  # noqa: ANN201
-    options = SamplingOptions(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    if sampling == "model":
-        d = SamplingDefaults()
-        options = dataclasses.replace(options, temperature=d.temperature, top_k=d.top_k, top_p=d.top_p,
-                                      min_p=d.min_p, repetition_penalty=d.repetition_penalty)
+    options = engine_loop.workload_sampling(sampling, max_tokens)
 
     def make(index: int) -> Sequence:
         ids = maker.make(index).token_ids
-        pos = prompt_positions(ids, [], cfg)
-        seeded = options if options.is_greedy else dataclasses.replace(options, seed=index)
-        return Sequence(index, f"probe-{index}", ids, seeded, frozenset(), ThinkerRequest(pos.positions,
-                                                                                           pos.rope_delta, []))
+        return engine_loop.text_sequence(index, ids, options, engine_loop.text_request(ids, cfg), "probe")
     return make
 
 
@@ -130,10 +120,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 floor = decode_step_bytes(cfg, c, steps["kv_tokens_p50"])["total"] / bw * 1e3
                 steps.update(hbm_floor_ms=floor, roofline_ratio_step=floor / steps["step_ms_p50"])
             variant["levels"].append(level)
-        used = {s for step in trace.steps for s, _ in step}
         distinct_tokens = {c: mean_distinct_tokens(trace, c) for c in args.concurrency}
-        experts = replay_experts(model, {s: trace.tokens[s] for s in used})
-        touched = step_experts_touched(trace.steps, experts, cfg.num_experts, cfg.num_experts_per_tok)
+        touched = trace_experts_touched(model, trace)
         variant["routing"] = routing_record("balanced" if vocab == "balanced" else "native", touched,
                                             "replay of the run's sequences through the same weights")
         variant["distinct_fed_tokens_per_step"] = distinct_tokens

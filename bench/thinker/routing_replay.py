@@ -6,9 +6,13 @@ as the run did; only bf16 rounding differs between a prefill and a decode step, 
 and no count. The measured run itself stays untouched: graphs, kernels and engine are the served ones."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
-from bench.moe_routing import Calibration, RouterTap, moe_layers
+from bench.moe_routing import ROW_COUNTS, Calibration, RouterTap, moe_layers, step_experts_touched
+from bench.thinker.engine_loop import DecodeTrace
 from runtime.attention import allocate_kv_cache, build_attention_context
 from services.thinker.model import ThinkerLM
 
@@ -48,6 +52,15 @@ def replay_experts(model: ThinkerLM, sequences: dict[int, list[int]], max_batch_
             out[seq] = part
         del kv
     return out
+
+
+def trace_experts_touched(model: ThinkerLM, trace: DecodeTrace,
+                          row_counts: Sequence[int] = ROW_COUNTS) -> dict[str, Any]:
+    """Distinct experts the traced decode steps read per row count (step_experts_touched), their sequences replayed."""
+    used = {seq for step in trace.steps for seq, _ in step}
+    experts = replay_experts(model, {s: trace.tokens[s] for s in used})
+    return step_experts_touched(trace.steps, experts, model.cfg.num_experts, model.cfg.num_experts_per_tok,
+                                row_counts)
 
 
 def _packs(sequences: dict[int, list[int]], max_tokens: int) -> list[list[int]]:

@@ -15,14 +15,12 @@ from bench.moe_routing import (
 from bench.thinker import engine_loop
 from bench.thinker.balance import balance_routing
 from bench.thinker.random_model import random_model
-from bench.thinker.routing_replay import replay_experts
+from bench.thinker.routing_replay import replay_experts, trace_experts_touched
 from bench.thinker.workload import PromptMaker
 from runtime.checkpoint.demo_config import demo_config
 from runtime.config import EngineConfig
-from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.sequence import Sequence
-from services.thinker.model import ThinkerLM, prompt_positions
-from services.thinker.request import ThinkerRequest
+from services.thinker.model import ThinkerLM
 
 CPU = torch.device("cpu")
 
@@ -110,18 +108,15 @@ def test_balanced_workload_routes_demo_dims_like_uniform(demo_ckpt: Path) -> Non
     eng = EngineConfig(max_num_seqs=8, max_batch_tokens=512, kv_cache_bytes=16 << 20, max_model_len=256,
                        cuda_graphs=False)
     engine = engine_loop.build_engine(model, eng, CPU, torch.float32)
-    options = SamplingOptions(temperature=0.0, max_tokens=12, ignore_eos=True)
+    options = engine_loop.workload_sampling("greedy", 12)
 
     def make(i: int) -> Sequence:
         ids = maker.make(i).token_ids
-        pos = prompt_positions(ids, [], model.cfg)
-        return Sequence(i, f"t-{i}", ids, options, frozenset(), ThinkerRequest(pos.positions, pos.rope_delta, []))
+        return engine_loop.text_sequence(i, ids, options, engine_loop.text_request(ids, model.cfg), "t")
 
     trace = engine_loop.DecodeTrace()
     engine_loop.run_level(engine, make, 8, 0, 16, 0, trace)
-    used = {s for step in trace.steps for s, _ in step}
-    experts = replay_experts(model, {s: trace.tokens[s] for s in used})
-    touched = step_experts_touched(trace.steps, experts, 128, 8, row_counts=(4, 8))
+    touched = trace_experts_touched(model, trace, row_counts=(4, 8))
     record = routing_record("balanced", touched, "test")
     validate_routing_record(record)
     assert record["balanced_within_5pct"], touched
