@@ -1,16 +1,12 @@
 """`build_demo_checkpoint`: a tiny, randomly initialised Qwen3-Omni in the released HF format (dev tool)."""
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from runtime.checkpoint import token_ids as ids
 from runtime.checkpoint.demo_config import demo_config
-from runtime.checkpoint.demo_init import init_demo_weights
+from runtime.checkpoint.demo_init import save_demo_model
 from runtime.checkpoint.hf_compat import apply_talker_audio_config_fix
 from runtime.checkpoint.processor_files import write_processor_files
 from runtime.checkpoint.tokenizer_files import write_json, write_tokenizer_files
@@ -36,14 +32,7 @@ def write_weights(out_dir: Path, seed: int) -> None:
 
     config = Qwen3OmniMoeConfig.from_pretrained(out_dir)
     apply_talker_audio_config_fix(config)
-    # fork_rng: the constructor's own init draws from the global RNG; keep the caller's stream untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen3OmniMoeForConditionalGeneration(config).to(torch.float32).eval()
-    init_demo_weights(model, seed)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        model.save_pretrained(tmp, max_shard_size="100GB")
-        shutil.move(str(Path(tmp) / WEIGHTS_FILE), out_dir / WEIGHTS_FILE)
+    save_demo_model(lambda: Qwen3OmniMoeForConditionalGeneration(config), out_dir, seed, WEIGHTS_FILE)
 
 
 # Thinking and Captioner checkpoints carry no talker: `enable_audio_output: false` and no talker / code2wav tensors.

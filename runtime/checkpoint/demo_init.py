@@ -9,6 +9,10 @@ and every block contributes at the scale of its input.
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -69,3 +73,16 @@ def init_demo_weights(model: nn.Module, seed: int) -> None:
     for name, param in model.named_parameters():
         owner = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
         init_parameter(name, param, owner, gen)
+
+
+def save_demo_model(make: Callable[[], nn.Module], out_dir: Path, seed: int, weights_file: str) -> None:
+    """Builds `make()` in fp32 under `seed` (fork_rng: the constructor's own init draws from the global RNG; the
+    caller's stream stays untouched), draws every parameter with init_demo_weights, and saves it as `weights_file`
+    in `out_dir` (one shard, written beside and moved into place)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = make().to(torch.float32).eval()
+    init_demo_weights(model, seed)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        model.save_pretrained(tmp, max_shard_size="100GB")
+        shutil.move(str(Path(tmp) / weights_file), out_dir / weights_file)

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors.torch import load_file, save_file
 
 from runtime.checkpoint.asr import token_ids as ids
 from runtime.checkpoint.asr.chat_template_text import CHAT_TEMPLATE
 from runtime.checkpoint.asr.demo_config import demo_config, generation_config, preprocessor_config
-from runtime.checkpoint.demo_init import init_demo_weights
+from runtime.checkpoint.demo_init import save_demo_model
 from runtime.checkpoint.tokenizer_convert import TOKENIZER_JSON, cached_tokenizer_json
 from runtime.checkpoint.tokenizer_files import tokenizer_config as shared_tokenizer_config
 from runtime.checkpoint.tokenizer_files import write_json
@@ -41,13 +39,7 @@ def write_weights(out_dir: Path, seed: int) -> None:
     from transformers import Qwen3ASRConfig, Qwen3ASRForConditionalGeneration
 
     config = Qwen3ASRConfig.from_pretrained(out_dir)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen3ASRForConditionalGeneration(config).to(torch.float32).eval()
-    init_demo_weights(model, seed)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        model.save_pretrained(tmp, max_shard_size="100GB")
-        shutil.move(str(Path(tmp) / WEIGHTS_FILE), out_dir / WEIGHTS_FILE)
+    save_demo_model(lambda: Qwen3ASRForConditionalGeneration(config), out_dir, seed, WEIGHTS_FILE)
 
 
 def write_tokenizer_files(out_dir: Path) -> None:
