@@ -41,9 +41,11 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
                 _wrap_stream(handler.unary_stream, track), handler.request_deserializer, handler.response_serializer)
         if handler.stream_stream:
             return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream(handler.stream_stream, track), handler.request_deserializer, handler.response_serializer)
+                _wrap_stream(handler.stream_stream, track, request_stream=True), handler.request_deserializer,
+                handler.response_serializer)
         return grpc.stream_unary_rpc_method_handler(
-            _wrap_unary(handler.stream_unary, track), handler.request_deserializer, handler.response_serializer)
+            _wrap_unary(handler.stream_unary, track, request_stream=True), handler.request_deserializer,
+            handler.response_serializer)
 
 
 class _CallTracker:
@@ -65,9 +67,30 @@ async def _abort(context: grpc.aio.ServicerContext, err: OmniError) -> None:
     await context.abort_with_status(rpc_status.to_status(to_rpc_status(err)))
 
 
-async def _handle_failure(exc: BaseException, context: grpc.aio.ServicerContext, behavior: Any) -> str:
-    """The status code a failed call ends with; aborts for domain errors and hides unexpected ones' details."""
+# How long a refused request stream is still read before the refusal is sent (see _drain).
+REFUSED_STREAM_DRAIN_S = 1.0
+
+
+async def _drain(requests: Any) -> None:
+    """Reads, for at most REFUSED_STREAM_DRAIN_S, what a refused client is still sending. A client whose write
+    meets a stream the server already closed gets grpc's own INTERNAL ("Internal error from Core") in place of
+    our status; once it has written everything and half-closed, it reads the real status. Ends at once when the
+    handler had read the stream to its end."""
+    try:
+        async with asyncio.timeout(REFUSED_STREAM_DRAIN_S):
+            async for _ in requests:
+                pass
+    except (TimeoutError, grpc.RpcError, asyncio.InvalidStateError, StopAsyncIteration):
+        pass
+
+
+async def _handle_failure(exc: BaseException, context: grpc.aio.ServicerContext, behavior: Any,
+                          requests: Any = None) -> str:
+    """The status code a failed call ends with; aborts for domain errors and hides unexpected ones' details.
+    `requests` is a client-streaming call's request iterator, read to its end (bounded) before a refusal."""
     if isinstance(exc, OmniError):
+        if requests is not None:
+            await _drain(requests)
         await _abort(context, exc)  # raises: the abort ends the call
     if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
         return "CANCELLED"
@@ -79,7 +102,8 @@ async def _handle_failure(exc: BaseException, context: grpc.aio.ServicerContext,
     return "INTERNAL"
 
 
-def _wrap_unary(behavior: Callable[..., Awaitable[Any]], track: _CallTracker) -> Callable[..., Awaitable[Any]]:
+def _wrap_unary(behavior: Callable[..., Awaitable[Any]], track: _CallTracker,
+                request_stream: bool = False) -> Callable[..., Awaitable[Any]]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
         t0 = track.start()
         code = "OK"
@@ -87,7 +111,7 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], track: _CallTracker) ->
             return await behavior(request, context)
         except BaseException as exc:
             code = _code_of(exc)
-            code = await _handle_failure(exc, context, behavior)
+            code = await _handle_failure(exc, context, behavior, request if request_stream else None)
             raise
         finally:
             track.done(t0, code)
@@ -95,7 +119,7 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], track: _CallTracker) ->
     return wrapper
 
 
-def _wrap_stream(behavior: Callable[..., Any], track: _CallTracker) -> Callable[..., Any]:
+def _wrap_stream(behavior: Callable[..., Any], track: _CallTracker, request_stream: bool = False) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
         t0 = track.start()
         code = "OK"
@@ -108,7 +132,7 @@ def _wrap_stream(behavior: Callable[..., Any], track: _CallTracker) -> Callable[
                     yield response
         except BaseException as exc:
             code = _code_of(exc)
-            code = await _handle_failure(exc, context, behavior)
+            code = await _handle_failure(exc, context, behavior, request if request_stream else None)
             raise
         finally:
             track.done(t0, code)

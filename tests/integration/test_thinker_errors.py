@@ -118,3 +118,17 @@ def test_aggressive_client_keepalive_survives_a_silent_stream(mesh: Proc) -> Non
 
     out = asyncio.run(scenario())
     assert out[-1].HasField("finished")
+
+
+def test_a_client_still_writing_when_refused_reads_the_refusal(mesh: Proc) -> None:
+    """A stream refused at its first chunk while the client has 64 MiB more to send: without the server reading
+    what follows for a moment, the client's next write fails and grpc reports INTERNAL in place of our status."""
+    addr = f"127.0.0.1:{mesh.ports['thinker']['grpc_port']}"
+    tail = media("media.0.deepstack.0", torch.zeros(4, HIDDEN))[0]
+    tail.media.data = b"\0" * (1 << 20)  # never parsed: the stream was refused before it
+    for _ in range(3):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            asyncio.run(generate(addr, [start(token_ids=image_prompt(), media=[IMAGE_SPAN]),
+                                        *tensors_for_image(3)[:1], *[tail] * 64]))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+        assert err.value.details().startswith("media[media.0.embeddings]")
