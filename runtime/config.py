@@ -47,6 +47,9 @@ class ServerConfig:
     tls_cert_file: StrictStr = ""
     tls_key_file: StrictStr = ""
     tls_client_ca_file: StrictStr = ""
+    # a second, plaintext port serving only grpc.health.v1, for probes that cannot speak TLS (kubelet's gRPC probes);
+    # -1: none, 0: a free port
+    health_port: StrictInt = Field(-1, ge=-1, le=65535)
 
     def __post_init__(self) -> None:
         check(bool(self.tls_cert_file) == bool(self.tls_key_file), "tls_key_file", self.tls_key_file,

@@ -45,6 +45,7 @@ def server_options(cfg: ServerConfig, max_receive_bytes: int | None = None) -> l
 class BoundPorts(NamedTuple):
     grpc_port: int
     metrics_port: int  # -1 when disabled
+    health_port: int = -1  # the plaintext health-only port; -1 when there is none
 
 
 class StageServer:
@@ -64,6 +65,11 @@ class StageServer:
         self._credentials = server_credentials(cfg, f"{stage}.server")  # read now: a bad path fails before loading
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        # the same servicer on its own server, so the probes' port answers exactly what the main port does
+        self._health_server: grpc.aio.Server | None = None
+        if cfg.health_port >= 0:
+            self._health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
         self._services: list[str] = []
         self._draining = asyncio.Event()
         self._failure_checks: list[tuple[str, Callable[[], BaseException | None], Heartbeat, float]] = []
@@ -98,14 +104,24 @@ class StageServer:
         if port == 0:
             raise OSError(f"could not bind {self.cfg.host}:{self.cfg.port}")
         await self.server.start()
+        health_port = -1 if self._health_server is None else await self._start_health_port()
         metrics_port = -1 if self.cfg.metrics_port < 0 else self.metrics.serve(self.cfg.host, self.cfg.metrics_port)
         for name in ("", *self._services):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self._failure_checks:
             self._watch = asyncio.create_task(self._watch_failures(), name="failure-watch")
-        log.info("%s serving gRPC%s on %s:%d, metrics on %d", self.stage, "" if self._credentials is None else " (TLS)",
-                 self.cfg.host, port, metrics_port)
-        return BoundPorts(port, metrics_port)
+        log.info("%s serving gRPC%s on %s:%d, metrics on %d%s", self.stage, "" if self._credentials is None else " (TLS)",
+                 self.cfg.host, port, metrics_port, "" if health_port < 0 else f", health (plaintext) on {health_port}")
+        return BoundPorts(port, metrics_port, health_port)
+
+    async def _start_health_port(self) -> int:
+        assert self._health_server is not None
+        try:
+            port = self._health_server.add_insecure_port(f"{self.cfg.host}:{self.cfg.health_port}")
+        except RuntimeError as e:
+            raise OSError(f"could not bind the health port {self.cfg.host}:{self.cfg.health_port}: {e}") from None
+        await self._health_server.start()
+        return port
 
     async def _watch_failures(self, period_s: float = 0.5) -> None:
         while True:  # a poll: the engines fail on their own threads, and this costs nothing between failures
@@ -127,6 +143,8 @@ class StageServer:
         self._draining.set()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.cfg.drain_grace_s if grace is None else grace)
+        if self._health_server is not None:
+            await self._health_server.stop(0)
 
     async def serve_until_signal(self) -> None:
         loop = asyncio.get_running_loop()

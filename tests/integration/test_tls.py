@@ -44,7 +44,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def mtls_thinker(demo_ckpt: Path, pki: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     server = {"tls_cert_file": str(pki["thinker_cert"]), "tls_key_file": str(pki["thinker_key"]),
-              "tls_client_ca_file": str(pki["ca"])}
+              "tls_client_ca_file": str(pki["ca"]), "health_port": 0}
     mesh = {**TEST_MESH, "thinker": {**TEST_MESH["thinker"], "server": server}}
     thinker = start_stage("thinker", demo_ckpt, mesh, tmp_path_factory.mktemp("mtls_thinker"))
     yield thinker
@@ -101,3 +101,27 @@ def test_a_certificate_path_that_cannot_be_read_names_its_field(demo_ckpt: Path,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode != 0
     assert f"config field gateway.server.tls_key_file='{tmp_path / 'missing.key'}': cannot read it" in run.stderr
+
+
+def test_probes_read_health_in_plaintext_on_the_health_port_only(mtls_thinker: Proc) -> None:
+    """kubelet's gRPC probes cannot speak TLS: the health port answers them in plaintext, serves nothing else, and
+    follows the main port's status."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from omnimesh.v1 import common_pb2, thinker_pb2_grpc
+
+    assert mtls_thinker.ports["health_port"] > 0
+    with grpc.insecure_channel(f"127.0.0.1:{mtls_thinker.ports['health_port']}") as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="omnimesh.v1.Thinker"), timeout=10)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as err:
+            thinker_pb2_grpc.ThinkerStub(channel).Info(common_pb2.InfoRequest(), timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    with grpc.insecure_channel(f"127.0.0.1:{mtls_thinker.ports['grpc_port']}") as channel:
+        with pytest.raises(grpc.RpcError) as err:  # the main port stays TLS-only
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE

@@ -458,7 +458,7 @@ def test_announce_ready_prints_one_json_line(capsys: pytest.CaptureFixture[str])
     announce_ready(BoundPorts(50051, 9100))
     out = capsys.readouterr().out
     assert out.startswith(READY_PREFIX) and out.endswith("\n")
-    assert json.loads(out[len(READY_PREFIX):]) == {"grpc_port": 50051, "metrics_port": 9100}
+    assert json.loads(out[len(READY_PREFIX):]) == {"grpc_port": 50051, "metrics_port": 9100, "health_port": -1}
 
 
 def test_metrics_families_exist_at_zero_and_take_labels() -> None:
