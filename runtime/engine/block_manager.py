@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Iterator
 
+from runtime.engine.cache_events import CacheEventLog
 from runtime.engine.sequence import Sequence
+
+MediaSalts = tuple[tuple[int, int, str], ...]  # (start, end, content hash) of each media span of a prompt
 
 
 def block_key(prev: bytes | None, token_ids: list[int], salt: str) -> bytes:
@@ -16,15 +20,41 @@ def block_key(prev: bytes | None, token_ids: list[int], salt: str) -> bytes:
     return h.digest()
 
 
+def media_salt(media_salts: MediaSalts, lo: int, hi: int) -> str:
+    """The content hashes of the media spans that overlap tokens [lo, hi): same ids, other pixels, other KV."""
+    return "|".join(h for start, end, h in media_salts if start < hi and end > lo)
+
+
+def iter_block_keys(token_ids: list[int], media_salts: MediaSalts, block_size: int) -> Iterator[bytes]:
+    """The key of each full block of `token_ids`, in order (each one chains every block before it)."""
+    key = None
+    for lo in range(0, len(token_ids) - block_size + 1, block_size):
+        key = block_key(key, token_ids[lo:lo + block_size], media_salt(media_salts, lo, lo + block_size))
+        yield key
+
+
+def reusable_prompt_blocks(num_tokens: int, block_size: int) -> int:
+    """How many leading full blocks of a prompt `match_prefix` may reuse: one token is always left to compute."""
+    return (num_tokens - 1) // block_size
+
+
+def prompt_block_keys(token_ids: list[int], media_salts: MediaSalts, block_size: int) -> list[bytes]:
+    """The keys `match_prefix` looks up for a new prompt: what a router hashes to find a replica's cached prefix."""
+    return list(iter_block_keys(token_ids[:reusable_prompt_blocks(len(token_ids), block_size) * block_size],
+                                media_salts, block_size))
+
+
 class BlockManager:
     """Fixed-size KV blocks with reference counts. A sequence holds ceil(computed tokens / block_size) blocks.
 
     Full blocks are named by `block_key`, so a new sequence whose prompt starts with the same tokens (and the same
     media) reuses their KV instead of recomputing it. Freed blocks keep their content until they are handed out
-    again, oldest first, so a finished conversation's prefix stays reusable while memory allows.
+    again, oldest first, so a finished conversation's prefix stays reusable while memory allows. `events`, when
+    given, hears every key named and every key recycled (what routers learn of this cache).
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_cache: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_cache: bool = True,
+                 events: CacheEventLog | None = None) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks}: the KV cache needs at least one block")
         if block_size < 1:
@@ -36,6 +66,7 @@ class BlockManager:
         self._refs = [0] * num_blocks
         self._key_of: list[bytes | None] = [None] * num_blocks
         self._by_key: dict[bytes, int] = {}
+        self.events = events
 
     @property
     def num_free_blocks(self) -> int:
@@ -66,6 +97,8 @@ class BlockManager:
         if key is not None:  # evict the oldest cached content
             del self._by_key[key]
             self._key_of[block] = None
+            if self.events is not None:
+                self.events.evicted(key)
         self._refs[block] = 1
         return block
 
@@ -85,10 +118,8 @@ class BlockManager:
         """
         if not (self.enable_prefix_cache and seq.allow_prefix_cache) or seq.block_table:
             return 0
-        limit = (seq.num_tokens - 1) // self.block_size
-        key = None
-        for b in range(limit):
-            key = block_key(key, seq.token_ids(b * self.block_size, (b + 1) * self.block_size), self._salt(seq, b))
+        limit = reusable_prompt_blocks(seq.num_tokens, self.block_size)
+        for key in iter_block_keys(seq.token_ids(0, limit * self.block_size), seq.media_salts, self.block_size):
             block = self._by_key.get(key)
             if block is None:
                 break
@@ -115,10 +146,11 @@ class BlockManager:
             if key not in self._by_key and self._key_of[block] is None:
                 self._by_key[key] = block
                 self._key_of[block] = key
+                if self.events is not None:
+                    self.events.stored(key)
 
     def _salt(self, seq: Sequence, b: int) -> str:
-        lo, hi = b * self.block_size, (b + 1) * self.block_size
-        return "|".join(h for start, end, h in seq.media_salts if start < hi and end > lo)
+        return media_salt(seq.media_salts, b * self.block_size, (b + 1) * self.block_size)
 
     def slot(self, seq: Sequence, token_index: int) -> int:
         """Flat cache slot of the token at `token_index` of `seq`."""
