@@ -6,12 +6,14 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from omnimesh import AsyncClient, OmnimeshError, Reply
+from runtime.channels import channel_options
 from runtime.logs import request_id_var
 from http_front import audio, realtime
 from http_front.chat_input import chat_call
@@ -21,12 +23,16 @@ from http_front.gateway import api_key, client, model_name, served_model_name
 from http_front.schemas import ChatCompletionRequest
 
 
-def create_app(gateway_addr: str, model_id: str = "", timeout_s: float | None = None) -> FastAPI:
-    """`model_id`: the id /v1/models lists and answers carry (default: the checkpoint's directory name)."""
+def create_app(gateway_addr: str, model_id: str = "", timeout_s: float | None = None,
+               gateway_credentials: grpc.ChannelCredentials | None = None) -> FastAPI:
+    """`model_id`: the id /v1/models lists and answers carry (default: the checkpoint's directory name).
+    `gateway_credentials`: dial the gateway over TLS with these (None: plaintext)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.client = AsyncClient(gateway_addr, timeout=timeout_s)  # in the server's event loop
+        channel = None if gateway_credentials is None else grpc.aio.secure_channel(
+            gateway_addr, gateway_credentials, options=channel_options())  # made here: in the server's event loop
+        app.state.client = AsyncClient(gateway_addr, timeout=timeout_s, channel=channel)
         yield
         await app.state.client.close()
 

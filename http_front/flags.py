@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gateway-addr", default="127.0.0.1:50051", help="gateway gRPC address (default 127.0.0.1:50051)")
+    p.add_argument("--gateway-tls", action="store_true", help="dial the gateway over TLS")
+    p.add_argument("--gateway-ca", type=Path, default=None,
+                   help="PEM file of the CA that signed the gateway's certificate (implies --gateway-tls; default: "
+                        "the system's trust roots)")
     p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000; 0 picks a free one)")
     p.add_argument("--served-model-name", default="",

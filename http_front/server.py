@@ -11,6 +11,7 @@ import sys
 
 import uvicorn
 
+from gateway.cli.dial import gateway_credentials
 from runtime.logs import configure_logging
 from runtime.server import READY_PREFIX
 from http_front.app import create_app
@@ -20,12 +21,13 @@ log = logging.getLogger(__name__)
 
 def serve(args: argparse.Namespace) -> int:
     configure_logging("http", args.log_level)
+    credentials = gateway_credentials(args.gateway_tls, args.gateway_ca, "--gateway-ca")
     try:
         sock = listen_socket(args.host, args.port)
     except OSError as err:
         print(f"error: cannot listen on {args.host}:{args.port}: {err.strerror}", file=sys.stderr)
         return 1
-    app = create_app(args.gateway_addr, args.served_model_name, args.timeout)
+    app = create_app(args.gateway_addr, args.served_model_name, args.timeout, credentials)
     config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=args.log_level == "DEBUG",
                             timeout_graceful_shutdown=30)
     server = uvicorn.Server(config)

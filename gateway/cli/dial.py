@@ -15,11 +15,18 @@ def add_tls_arguments(p: argparse.ArgumentParser) -> None:
                                                          "(implies --tls; default: the system's trust roots)")
 
 
-def gateway_channel(args: argparse.Namespace) -> grpc.Channel:
-    if not (args.tls or args.ca):
-        return grpc.insecure_channel(args.addr, options=channel_options())
+def gateway_credentials(tls: bool, ca: Path | None, flag: str = "--ca") -> grpc.ChannelCredentials | None:
+    """None for plaintext; else TLS trusting `ca` (a PEM file) or the system's roots. Read now: a bad path exits."""
+    if not (tls or ca):
+        return None
     try:
-        roots = args.ca.read_bytes() if args.ca else None
+        return grpc.ssl_channel_credentials(ca.read_bytes() if ca else None)
     except OSError as err:
-        raise SystemExit(f"error: --ca {args.ca}: {err.strerror}") from None
-    return grpc.secure_channel(args.addr, grpc.ssl_channel_credentials(roots), options=channel_options())
+        raise SystemExit(f"error: {flag} {ca}: {err.strerror}") from None
+
+
+def gateway_channel(args: argparse.Namespace) -> grpc.Channel:
+    credentials = gateway_credentials(args.tls, args.ca)
+    if credentials is None:
+        return grpc.insecure_channel(args.addr, options=channel_options())
+    return grpc.secure_channel(args.addr, credentials, options=channel_options())

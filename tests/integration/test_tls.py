@@ -77,8 +77,25 @@ def test_a_tls_gateway_dials_a_mutual_tls_thinker(demo_ckpt: Path, pki: dict[str
         assert served.returncode == 0, served.stderr
         plaintext = chat(gw)  # a plaintext client never completes a handshake with a TLS-only port
         assert plaintext.returncode != 0 and "UNAVAILABLE" in plaintext.stderr
+        check_http_front_dials_it_with_its_ca(gw, pki["ca"])
     finally:
         assert gw.stop() == 0
+
+
+def check_http_front_dials_it_with_its_ca(gw: Proc, ca: Path) -> None:
+    """The OpenAI front in front of a TLS gateway (--gateway-ca), used by the real openai client."""
+    import openai
+
+    from runtime.server import READY_PREFIX
+
+    front = start([OMNIMESH, "http", "--gateway-addr", f"127.0.0.1:{gw.ports['grpc_port']}", "--gateway-ca", str(ca),
+                   "--port", "0"], READY_PREFIX, timeout=60)
+    try:
+        api = openai.OpenAI(api_key="-", base_url=f"http://127.0.0.1:{front.ports['http_port']}/v1", max_retries=0)
+        reply = api.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        assert reply.usage.completion_tokens == 2
+    finally:
+        assert front.stop() == 0
 
 
 def test_a_gateway_without_a_client_certificate_is_refused_by_the_thinker(demo_ckpt: Path, pki: dict[str, Path],
