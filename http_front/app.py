@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from omnimesh import AsyncClient, OmnimeshError, Reply
 from runtime.channels import channel_options
 from runtime.logs import request_id_var
-from http_front import audio, realtime
+from http_front import audio, realtime, transcriptions
 from http_front.chat_input import chat_call
 from http_front.chat_output import Completion, completion_json, sse_stream
 from http_front.errors import RequestError, error_body, grpc_error_response, request_error_response
@@ -38,8 +38,10 @@ def create_app(gateway_addr: str, model_id: str = "", timeout_s: float | None = 
 
     app = FastAPI(title="omnimesh", lifespan=lifespan)
     app.state.model_name = model_id
+    app.state.mesh_info = None  # the gateway's Info, once asked (http_front.gateway.mesh_info)
     app.state.started = int(time.time())
     app.include_router(audio.router)
+    app.include_router(transcriptions.router)
     app.include_router(realtime.router)
     _add_error_handlers(app)
 

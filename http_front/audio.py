@@ -1,15 +1,14 @@
-"""`POST /v1/audio/speech` (text read aloud) and `POST /v1/audio/transcriptions` (speech to text), both answered by
-the Omni model through the gateway."""
+"""`POST /v1/audio/speech`: text read aloud by the Omni model's talker through the gateway."""
 from __future__ import annotations
 
 import base64
 import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Form, Request, UploadFile
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
 
-from omnimesh import Audio, AudioDelta, Event, Message, OmnimeshError, Reply, Sampling, TextDelta, Usage
+from omnimesh import AudioDelta, Event, Message, OmnimeshError, Reply, Sampling, Usage
 from http_front.audio_codec import MIME_TYPES, encode_audio
 from http_front.errors import RequestError, grpc_error_body
 from http_front.gateway import api_key, client
@@ -19,8 +18,6 @@ from http_front.sse import prepend, sse
 router = APIRouter()
 
 READ_ALOUD = "Read the user's text aloud exactly as written. Say nothing else."
-TRANSCRIBE = "Transcribe the audio into text. Answer with the transcript only."
-TRANSCRIPT_FORMATS = ("json", "text")
 
 
 @router.post("/v1/audio/speech")
@@ -61,7 +58,7 @@ async def _speech_events(first: Event | None, events: AsyncIterator[Event], fmt:
                 pcm += event.pcm16
                 rate = event.sample_rate
             elif isinstance(event, Usage):
-                usage = _usage(event)
+                usage = io_token_usage(event)
     except OmnimeshError as err:
         yield sse(grpc_error_body(err)[1])
         return
@@ -71,46 +68,7 @@ async def _speech_events(first: Event | None, events: AsyncIterator[Event], fmt:
     yield sse({"type": "speech.audio.done", "usage": usage})
 
 
-def _usage(u: Usage) -> dict:
+def io_token_usage(u: Usage) -> dict:
+    """Token counts as the audio endpoints name them (input/output, not prompt/completion)."""
     return {"input_tokens": u.prompt_tokens, "output_tokens": u.completion_tokens,
             "total_tokens": u.prompt_tokens + u.completion_tokens}
-
-
-@router.post("/v1/audio/transcriptions")
-async def transcriptions(request: Request, file: UploadFile, model: str = Form(""), language: str = Form(""),
-                         prompt: str = Form(""), response_format: str = Form("json"),
-                         temperature: float | None = Form(None), stream: bool = Form(False),
-                         max_tokens: int | None = Form(None)) -> Response:
-    if response_format not in TRANSCRIPT_FORMATS:
-        raise RequestError(f"response_format is {response_format!r}; this server writes "
-                           f"{' or '.join(TRANSCRIPT_FORMATS)}", "response_format")
-    instruction = TRANSCRIBE + (f" The speech is in {language}." if language else "") \
-        + (f" Context: {prompt}" if prompt else "")
-    messages = [Message.user(Audio(await file.read(), file.content_type or ""), instruction)]
-    sampling = Sampling(temperature=temperature, max_tokens=max_tokens)
-    kwargs = {"sampling": sampling, "request_id": uuid.uuid4().hex, "api_key": api_key(request)}
-    if stream:
-        events = client(request).chat_stream(messages, **kwargs)
-        first = await anext(events, None)  # a bad request is an HTTP error, not a stream that fails
-        return StreamingResponse(_transcript_events(first, events), media_type="text/event-stream")
-    reply = await client(request).chat(messages, **kwargs)
-    if response_format == "text":
-        return PlainTextResponse(reply.text)
-    usage = {"type": "tokens", **_usage(reply.usage)} if reply.usage else None
-    return JSONResponse({"text": reply.text, "usage": usage})
-
-
-async def _transcript_events(first: Event | None, events: AsyncIterator[Event]) -> AsyncIterator[str]:
-    """`transcript.text.delta` per piece of text, then `transcript.text.done` with the whole text."""
-    text, usage = "", None
-    try:
-        async for event in prepend(first, events):
-            if isinstance(event, TextDelta) and event.text:
-                text += event.text
-                yield sse({"type": "transcript.text.delta", "delta": event.text})
-            elif isinstance(event, Usage):
-                usage = {"type": "tokens", **_usage(event)}
-    except OmnimeshError as err:
-        yield sse(grpc_error_body(err)[1])
-        return
-    yield sse({"type": "transcript.text.done", "text": text, "usage": usage})

@@ -47,8 +47,9 @@ def error_body(message: str, type_: str, param: str | None = None, code: str | N
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-# Fields of omnimesh.v1.ChatRequest by their names in an OpenAI request.
-_PARAMS = {"output_modalities": "modalities", "voice": "audio.voice"}
+# Fields of omnimesh.v1.ChatRequest and TranscribeRequest by their names in an OpenAI request.
+_PARAMS = {"output_modalities": "modalities", "voice": "audio.voice", "context": "prompt", "audio": "file",
+           "audio.data": "file"}
 
 
 def openai_param(field: str) -> str:

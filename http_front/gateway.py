@@ -19,6 +19,15 @@ def api_key(request: HTTPConnection) -> str | None:
     return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
+async def mesh_info(request: HTTPConnection) -> MeshInfo:
+    """The gateway's Info, asked once per process (what a deployment serves does not change while it runs); the
+    caller's key is checked by that first call like any other."""
+    state = request.app.state
+    if state.mesh_info is None:
+        state.mesh_info = await client(request).info(api_key=api_key(request))
+    return state.mesh_info
+
+
 def served_model_name(state: Any, info: MeshInfo) -> str:
     """The `--served-model-name`, else the checkpoint's directory name, remembered in the app state."""
     if not state.model_name:

@@ -48,11 +48,18 @@ class MeshInfo:
     input_modalities: tuple[str, ...]  # e.g. ("text", "image", "audio", "video")
     output_modalities: tuple[str, ...]  # ("text",) or ("text", "audio")
     voices: tuple[str, ...]  # of the speech, default first
+    model_family: str  # "qwen3-omni", "qwen3-asr" (which alone serves transcribe), ...; "" from older gateways
+
+    @property
+    def transcribes(self) -> bool:
+        """Whether the deployment serves Transcribe (a Qwen3-ASR model); others hear audio through chat."""
+        return self.model_family == "qwen3-asr"
 
     @classmethod
     def from_pb(cls, info: omni_pb2.OmniInfo) -> MeshInfo:
         outputs = tuple(omni_pb2.Modality.Name(m).removeprefix("MODALITY_").lower() for m in info.output_modalities)
-        return cls(info.gateway.model, info.gateway.build, tuple(info.input_modalities), outputs, tuple(info.voices))
+        return cls(info.gateway.model, info.gateway.build, tuple(info.input_modalities), outputs, tuple(info.voices),
+                   info.model_family)
 
 
 class _Base:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import openai
 import pytest
 import soundfile as sf
 import torch
@@ -145,6 +146,7 @@ def test_python_client_transcribes(addr: str, wav: Path) -> None:
     import omnimesh
 
     with omnimesh.Client(addr, timeout=60) as client:
+        assert client.info().model_family == "qwen3-asr" and client.info().transcribes
         reply = client.transcribe(wav, language="English", max_tokens=4)
         assert reply.language == "English" and len(reply.token_ids) == 4 and reply.finish_reason == "length"
         try:
@@ -153,3 +155,52 @@ def test_python_client_transcribes(addr: str, wav: Path) -> None:
             assert err.field_violations[0].field == "language"
         else:
             raise AssertionError("an unknown language was accepted")
+
+
+@pytest.fixture(scope="module")
+def asr_api(addr: str) -> openai.OpenAI:
+    """`omnimesh http` in front of the ASR gateway, with the openai package as its client."""
+    from runtime.server import READY_PREFIX
+
+    front = start([OMNIMESH, "http", "--gateway-addr", addr, "--port", "0"], READY_PREFIX, timeout=60)
+    yield openai.OpenAI(api_key="none", base_url=f"http://127.0.0.1:{front.ports['http_port']}/v1", max_retries=0,
+                        timeout=120)
+    assert front.stop() == 0
+
+
+def test_http_transcription_is_the_transcribe_call(asr_api: openai.OpenAI, addr: str, wav: Path) -> None:
+    import omnimesh
+
+    with omnimesh.Client(addr, timeout=60) as client:
+        ours = client.transcribe(wav, language="en", max_tokens=MAX_NEW)
+    file = ("clip.wav", wav.read_bytes(), "audio/wav")
+    whole = asr_api.audio.transcriptions.create(model="any", file=file, language="en",
+                                                extra_body={"max_tokens": MAX_NEW})
+    assert whole.text == ours.text  # a chat turn asking for the transcript would have another prompt and answer
+    assert whole.usage.input_tokens == ours.usage.prompt_tokens and whole.usage.output_tokens == MAX_NEW
+    text = asr_api.audio.transcriptions.create(model="any", file=file, language="en", response_format="text",
+                                               extra_body={"max_tokens": MAX_NEW})
+    assert text.strip() == ours.text
+
+
+def test_http_transcription_streams_deltas_then_the_whole_text(asr_api: openai.OpenAI, wav: Path) -> None:
+    file = ("clip.wav", wav.read_bytes(), "audio/wav")
+    # A forced language: every token is transcript (a detected one is known only once the model wrote its header,
+    # which this random model never does, so its whole answer would come at the end as one delta).
+    events = list(asr_api.audio.transcriptions.create(model="any", file=file, stream=True, language="en",
+                                                      prompt="Quilter", extra_body={"max_tokens": MAX_NEW}))
+    deltas, done = events[:-1], events[-1]
+    assert len(deltas) > 1 and {e.type for e in deltas} == {"transcript.text.delta"}
+    assert done.type == "transcript.text.done" and done.usage.output_tokens <= MAX_NEW
+    assert done.text == "".join(e.delta for e in deltas).strip()
+
+
+def test_http_transcription_errors_name_the_openai_param(asr_api: openai.OpenAI, wav: Path) -> None:
+    for stream in (False, True):  # a stream the gateway refuses is refused before any event
+        with pytest.raises(openai.BadRequestError) as caught:
+            asr_api.audio.transcriptions.create(model="any", file=("clip.wav", wav.read_bytes(), "audio/wav"),
+                                                language="klingon", stream=stream)
+        assert caught.value.body["param"] == "language" and "ar, cs" in caught.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        asr_api.audio.transcriptions.create(model="any", file=("clip.wav", b"not audio", "audio/wav"))
+    assert caught.value.body["param"] == "file"

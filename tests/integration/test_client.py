@@ -53,6 +53,7 @@ def test_async_client_streams_and_gathers(gateway_addr: str) -> None:
     events, reply, info = asyncio.run(run())
     assert isinstance(events[-1], Done) and reply.usage.completion_tokens == TOKENS
     assert info.input_modalities == ("text",) and info.output_modalities == ("text",) and info.build
+    assert info.model_family == "qwen3-omni" and not info.transcribes
 
 
 def test_a_bad_field_raises_invalid_argument_naming_it(gateway_addr: str) -> None:
