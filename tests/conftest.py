@@ -56,3 +56,25 @@ def hf_asr(asr_ckpt: Path) -> Any:
     transformers = pytest.importorskip("transformers")
     return transformers.Qwen3ASRForConditionalGeneration.from_pretrained(
         asr_ckpt, dtype=torch.float32, attn_implementation="sdpa").eval()
+
+
+def _qwen3_5_copy(tmp_path_factory: pytest.TempPathFactory, moe: bool) -> Path:
+    import shutil
+
+    from runtime.checkpoint.qwen3_5.demo_cache import cached_qwen3_5_demo_checkpoint
+
+    out = tmp_path_factory.mktemp("qwen3_5_moe_ckpt" if moe else "qwen3_5_ckpt")
+    shutil.copytree(cached_qwen3_5_demo_checkpoint(0, moe=moe), out, dirs_exist_ok=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def qwen3_5_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The seed-0 dense Qwen3.5 demo checkpoint in a session tmp dir, copied from its build cache."""
+    return _qwen3_5_copy(tmp_path_factory, moe=False)
+
+
+@pytest.fixture(scope="session")
+def qwen3_5_moe_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The seed-0 MoE Qwen3.5 demo checkpoint in a session tmp dir, copied from its build cache."""
+    return _qwen3_5_copy(tmp_path_factory, moe=True)

@@ -29,6 +29,12 @@ VISION_POS_EMBED_STD = 0.5
 # Code2Wav's decoder blocks (SnakeBeta + residual units) grow the signal ~2.4x per block at unit gain and the
 # waveform ends clamped at +-1 (degenerate for parity); 0.45 keeps |wav| std near 0.1 with no clamping.
 CODE2WAV_BLOCK_GAIN = 0.45
+# Qwen3.5's RMSNorms scale by (1 + w) and are initialised to w = 0: their gains are drawn around 0, not 1.
+ZERO_CENTRED_NORMS = ("Qwen3_5RMSNorm", "Qwen3_5MoeRMSNorm")
+# Gated DeltaNet decay g = -exp(A_log) * softplus(a + dt_bias): A ~ 0.37 keeps per-token decay near 0.75, so the
+# recurrent state carries several tokens back (a state bug shows) without blowing up.
+A_LOG_MEAN = -1.0
+A_LOG_STD = 0.3
 
 
 def fan_in(weight: torch.Tensor, module: nn.Module) -> int:
@@ -49,6 +55,12 @@ def init_parameter(name: str, param: torch.Tensor, module: nn.Module, gen: torch
         noise = torch.randn(param.shape, generator=gen, dtype=torch.float32)
         if leaf == "bias":
             value = noise * BIAS_STD
+        elif kind in ZERO_CENTRED_NORMS:
+            value = noise * NORM_GAIN_STD
+        elif leaf == "A_log":
+            value = A_LOG_MEAN + noise * A_LOG_STD
+        elif leaf == "dt_bias":
+            value = 1.0 + noise * NORM_GAIN_STD
         elif param.ndim == 1 and ("Norm" in kind or isinstance(module, nn.LayerNorm)):
             value = 1.0 + noise * NORM_GAIN_STD
         elif leaf in ("alpha", "beta"):
