@@ -36,6 +36,7 @@ SCENARIOS: dict[str, list[str]] = {
         "-f", str(CHART / "values-multi-replica.yaml"), "--set", "autoscaling.mode=keda",
         "--api-versions", "keda.sh/v1alpha1", *MONITORING_APIS,
     ],
+    "tls": ["--set", "tls.enabled=true", "--set", "tls.secretName=omnimesh-tls"],
 }
 
 # Grafana's built-in interval variables, replaced before a query is parsed as PromQL.

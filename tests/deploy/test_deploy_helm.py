@@ -44,6 +44,7 @@ def test_validator_rejects_unknown_field(kubernetes_validate: Path) -> None:
         (["--set", "model.volume.kind=nfs"], "kind"),
         (["--set", "autoscaling.mode=cron"], "mode"),
         (["--set", "stages.thinker.autoscaling.metric=queue_depth"], "metric"),
+        (["--set", "tls.enabled=true"], "secretName"),
     ],
 )
 def test_schema_rejects_bad_values(helm: Path, flags: list[str], message: str) -> None:

@@ -41,6 +41,15 @@ def test_deployment_dials_the_gateways_and_probes_health(rendered: str) -> None:
     assert dep["spec"]["replicas"] == 2
 
 
+def test_with_tls_the_front_dials_the_gateway_with_the_secrets_ca(helm: Path) -> None:
+    objs = documents(helm_template(helm, *HTTP, "--set", "tls.enabled=true", "--set", "tls.secretName=s").stdout)
+    (dep,) = named(objs, "Deployment", "http")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert "--gateway-ca=/etc/omnimesh-tls/ca.crt" in c["args"]
+    assert {"name": "tls", "mountPath": "/etc/omnimesh-tls", "readOnly": True} in c["volumeMounts"]
+    assert {"name": "tls", "secret": {"secretName": "s"}} in dep["spec"]["template"]["spec"]["volumes"]
+
+
 def test_service_and_budget_select_the_front(rendered: str) -> None:
     objs = documents(rendered)
     (dep,) = named(objs, "Deployment", "http")

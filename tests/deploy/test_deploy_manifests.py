@@ -70,9 +70,10 @@ def test_gpu_stages_request_gpus_and_gateway_none(objects: dict[str, list[Obj]],
 def test_every_container_has_three_native_grpc_probes(objects: dict[str, list[Obj]], scenario: str) -> None:
     for dep in of_kind(objects[scenario], "Deployment"):
         c = container(dep)
-        grpc_port = named_port(c, "grpc")
+        # a TLS gRPC port is probed on the plaintext health-only port (kubelet's gRPC probes cannot speak TLS)
+        probed = named_port(c, "health" if scenario == "tls" else "grpc")
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert c[probe]["grpc"]["port"] == grpc_port, (stage_of(dep), probe)
+            assert c[probe]["grpc"]["port"] == probed, (stage_of(dep), probe)
         startup = c["startupProbe"]
         budget = startup["periodSeconds"] * startup["failureThreshold"]
         assert budget >= VALUES["stages"][stage_of(dep)]["startupSeconds"], stage_of(dep)
@@ -256,6 +257,30 @@ def test_mesh_yaml_loads_in_the_app_and_dials_headless_services(objects: dict[st
         assert service in headless and namespace == "omni" and int(port) == VALUES["ports"]["grpc"], section.address
         assert section.server.max_connection_age_ms == VALUES["grpc"]["maxConnectionAgeSeconds"] * 1000
     assert mesh.gateway.server.keepalive_time_ms >= 20_000
+
+
+def test_tls_is_mutual_between_stages_and_every_pod_mounts_the_secret(objects: dict[str, list[Obj]]) -> None:
+    """With tls.enabled every gRPC port serves TLS from the mounted Secret, stages require the gateway's client
+    certificate, and the gateway dials them with the Secret's CA."""
+    objs = objects["tls"]
+    (config_map,) = of_kind(objs, "ConfigMap")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mesh.yaml"
+        path.write_text(config_map["data"]["mesh.yaml"])
+        mesh = load_mesh_config(path)
+    pem = "/etc/omnimesh-tls"
+    for stage in STAGES:
+        server = mesh.gateway.server if stage == "gateway" else mesh.stage(stage).server
+        assert (server.tls_cert_file, server.tls_key_file) == (f"{pem}/tls.crt", f"{pem}/tls.key"), stage
+        assert server.health_port == VALUES["tls"]["healthPort"], stage
+        assert server.tls_client_ca_file == ("" if stage == "gateway" else f"{pem}/ca.crt"), stage
+    assert (mesh.gateway.stage_tls.ca_file, mesh.gateway.stage_tls.cert_file) == (f"{pem}/ca.crt", f"{pem}/tls.crt")
+    for dep in of_kind(objs, "Deployment"):
+        spec = dep["spec"]["template"]["spec"]
+        secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+        assert secrets == {"tls": "omnimesh-tls"}, stage_of(dep)
+        (mount,) = [m for m in container(dep)["volumeMounts"] if m["name"] == "tls"]
+        assert mount == {"name": "tls", "mountPath": pem, "readOnly": True}
 
 
 def test_pods_roll_when_mesh_yaml_changes(helm: Path) -> None:
