@@ -20,6 +20,7 @@ from runtime.vision_processing import VisionProcessingConfig
 from gateway.clients.encoders import AudioClient, VisionClient
 from gateway.clients.talker import TalkerClient
 from gateway.clients.thinker import ThinkerClient
+from gateway.routing.router import ThinkerRouter
 from gateway.media.vision import VisionMediaConfig
 from gateway.media_prep import MediaPipeline
 from gateway.prompt import PromptBuilder
@@ -34,12 +35,14 @@ QWEN3_ASR_MIN_SAMPLES = 8000
 async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
                         stage_token: str = "") -> Callable[[], None]:
     """`stage_token`: sent on every stage call (runtime/stage_auth.py); empty when the stages want none."""
-    if not mesh.thinker.address:
-        raise ValueError("config field thinker.address is empty: the gateway needs the thinker's target "
-                         "(e.g. 127.0.0.1:50052 or dns:///thinker:50051); pass --thinker-addr")
     dial = partial(open_channel, max_message_bytes=mesh.gateway.server.max_message_bytes, token=stage_token,
                    credentials=stage_channel_credentials(mesh.gateway.stage_tls))
-    thinker = ThinkerClient(dial(mesh.thinker.address), server.metrics)
+    gw = mesh.gateway
+    router = ThinkerRouter(mesh.thinker.targets, lambda ep: dial(ep.target, authority=ep.authority),
+                           gw.thinker_routing, gw.thinker_routing_margin, server.metrics, gw.stage_timeout_s,
+                           gw.thinker_resolve_s)
+    await router.start()
+    thinker = ThinkerClient(router, server.metrics)
     media = build_media_pipeline(mesh, model_dir, server, dial)
     talker = None
     if mesh.talker.enabled and mesh.talker.address:

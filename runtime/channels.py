@@ -38,10 +38,15 @@ def channel_options(max_message_bytes: int = 16 << 20) -> list[tuple[str, object
 
 
 def open_channel(target: str, max_message_bytes: int = 16 << 20, token: str = "",
-                 credentials: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
+                 credentials: grpc.ChannelCredentials | None = None, authority: str = "") -> grpc.aio.Channel:
     """An aio channel to a stage, TLS when given `credentials` (runtime/tls.py); `dns:///name:port` targets balance
-    over every pod IP. `token`: the stage token every call carries (runtime/stage_auth.py)."""
+    over every pod IP. `token`: the stage token every call carries (runtime/stage_auth.py). `authority`: the name
+    a target given as a pod IP answers to (its Service's), which its TLS certificate is checked against."""
     options, interceptors = channel_options(max_message_bytes), token_interceptors(token)
+    if authority:
+        options.append(("grpc.default_authority", authority))
+        if credentials is not None:
+            options.append(("grpc.ssl_target_name_override", authority))
     if credentials is None:
         return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
     return grpc.aio.secure_channel(target, credentials, options=options, interceptors=interceptors)

@@ -24,6 +24,7 @@ STAGES = ("thinker", "vision", "audio", "talker")
 VisionLinearDtype = Literal["native", "fp8"]
 VISION_LINEAR_DTYPES: tuple[str, ...] = typing.get_args(VisionLinearDtype)
 BLOCK_SIZES = (8, 16, 32, 64, 128)
+ThinkerRouting = Literal["prefix_aware", "least_load", "round_robin"]
 
 
 @config_section
@@ -210,9 +211,34 @@ class StageConfig:
 
 @config_section
 class ThinkerStageConfig(StageConfig):
-    """The thinker: its decoder engine."""
+    """The thinker: its decoder engine and its replicas (data parallel; the gateway routes each request to one)."""
 
     engine: Section[EngineConfig] = Field(default_factory=EngineConfig)
+    # processes `omnimesh up` starts, each with its own KV cache (Kubernetes: the chart's thinker.replicas)
+    replicas: StrictInt = Field(1, ge=1)
+    # one device per replica, e.g. [cuda:0, cuda:1]; empty: every replica on `device`
+    devices: Items[StrictStr] = ()
+    # targets of replicas the gateway routes between, e.g. what `omnimesh up` started; beside `address`, which
+    # may name a headless Service (dns:///thinker-headless:50051) whose every pod IP is a replica
+    addresses: Items[StrictStr] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(not self.devices or len(self.devices) == self.replicas, "devices", self.devices,
+              f"list one device per replica ({self.replicas}), or none to put every replica on `device`")
+        for device in self.devices:
+            check(re.fullmatch(r"cpu|cuda(:\d+)?", device) is not None, "devices", self.devices,
+                  f"{device!r} is not a device: use cpu, cuda or cuda:N")
+        check(not (self.address and self.addresses), "addresses", self.addresses,
+              "set address (one target, or a headless Service's DNS name) or addresses (a list), not both")
+
+    def replica_device(self, index: int) -> str:
+        return self.devices[index] if self.devices else self.device
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """What the gateway dials: the address list, else the one address (a DNS name stands for its pods)."""
+        return self.addresses or ((self.address,) if self.address else ())
 
 
 @config_section
@@ -281,6 +307,14 @@ class GatewayConfig:
     # API keys whose requests may spell special tokens when allow_special_tokens is off (a trusted back end beside
     # public clients); each authenticates like api_keys. Also from $OMNIMESH_SPECIAL_TOKEN_API_KEYS (comma-separated).
     special_token_api_keys: Items[StrictStr] = ()
+    # How a request picks its thinker replica (gateway/routing/): prefix_aware, the one holding the longest cached
+    # prefix of its prompt among those within thinker_routing_margin of the least loaded; least_load; round_robin
+    thinker_routing: ThinkerRouting = "prefix_aware"
+    # requests in flight (running + waiting) a replica may hold beyond the least-loaded one's, once given this one,
+    # and still be picked for its cache: moving a conversation recomputes its whole history, idling a GPU wastes it
+    thinker_routing_margin: StrictInt = Field(8, ge=0, description="0: always the least loaded")
+    # how often a DNS thinker address (a headless Service) is resolved again, so pods that came or went are seen
+    thinker_resolve_s: StrictFloat = Field(10.0, gt=0)
 
     def __post_init__(self) -> None:
         check(self.video_fps > 0 and float(2 / self.video_fps * 13).is_integer(), "video_fps", self.video_fps,

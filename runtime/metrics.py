@@ -82,6 +82,19 @@ SPECS: tuple[MetricSpec, ...] = (
                ("from_stage", "to_stage"), stages=GATEWAY),
     MetricSpec("omnimesh_edge_seconds_total", "counter", "Seconds spent moving payloads between stages.",
                ("from_stage", "to_stage"), stages=GATEWAY),
+    # gateway: thinker replica routing (gateway/routing/), one series per replica the gateway knows
+    MetricSpec("omnimesh_thinker_routed_total", "counter",
+               "Thinker requests routed to each replica, by why it was picked (prefix, load_guard, least_load, "
+               "round_robin).", ("thinker_replica", "decision"), stages=GATEWAY),
+    MetricSpec("omnimesh_thinker_routed_prefix_tokens_total", "counter",
+               "Prompt tokens the routed replica held in its prefix cache when picked, by the gateway's index.",
+               ("thinker_replica",), stages=GATEWAY),
+    MetricSpec("omnimesh_thinker_replica_in_flight", "gauge",
+               "Requests in flight (running + waiting) on each thinker replica, as the router sees it.",
+               ("thinker_replica",), stages=GATEWAY),
+    MetricSpec("omnimesh_thinker_replica_kv_usage_ratio", "gauge",
+               "Share of each thinker replica's KV blocks held by requests, as it last reported.",
+               ("thinker_replica",), stages=GATEWAY),
     # gRPC server
     MetricSpec("omnimesh_grpc_server_started_total", "counter", "RPCs started.", ("grpc_service", "grpc_method")),
     MetricSpec("omnimesh_grpc_server_handled_total", "counter", "RPCs completed, by status code.",

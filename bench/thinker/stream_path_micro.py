@@ -33,6 +33,7 @@ from omnimesh.v1 import common_pb2, thinker_pb2, thinker_pb2_grpc  # noqa: E402
 from runtime.config import SamplingDefaults, ServerConfig  # noqa: E402
 from runtime.engine.async_engine import AsyncEngine  # noqa: E402
 from runtime.engine.block_manager import BlockManager  # noqa: E402
+from runtime.engine.cache_events import CacheEventLog  # noqa: E402
 from runtime.engine.engine import Engine  # noqa: E402
 from runtime.engine.scheduler import Scheduler, SchedulerLimits  # noqa: E402
 from runtime.engine.step_metrics import bind_engine_metrics  # noqa: E402
@@ -40,6 +41,7 @@ from runtime.metrics import Metrics  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 from runtime.server import READY_PREFIX, StageServer, announce_ready  # noqa: E402
 from runtime.tokenizer import Tokenizer  # noqa: E402
+from services.thinker.cache_report import CacheReporter  # noqa: E402
 from services.thinker.model import ThinkerConfig  # noqa: E402
 from services.thinker.service import ThinkerService  # noqa: E402
 from services.thinker.servicer import ThinkerServicer  # noqa: E402
@@ -69,7 +71,7 @@ def paced_engine(args: argparse.Namespace) -> tuple[Engine, Scheduler, int]:
     torch.set_num_threads(1)
     max_len = 4096
     scheduler = Scheduler(SchedulerLimits(args.concurrency, 2048, max_len),
-                          BlockManager(args.concurrency * max_len // 16 + 1, 16))
+                          BlockManager(args.concurrency * max_len // 16 + 1, 16, events=CacheEventLog()))
     return Engine(scheduler, PacedRunner(args.step_ms / 1000)), scheduler, max_len
 
 
@@ -83,7 +85,7 @@ async def serve(args: argparse.Namespace) -> None:
     service = ThinkerService(async_engine, Tokenizer.from_dir(model_dir), metrics, max_len, args.flush_ms / 1000,
                              args.concurrency + 256)
     servicer = ThinkerServicer(service, ThinkerConfig.from_checkpoint(model_dir), SamplingDefaults(),
-                               common_pb2.StageInfo(stage="thinker"))
+                               common_pb2.StageInfo(stage="thinker"), CacheReporter(scheduler))
     server.add_service(thinker_pb2_grpc.add_ThinkerServicer_to_server, servicer, "omnimesh.v1.Thinker")
     announce_ready(await server.start())
     try:

@@ -76,6 +76,30 @@ def only_stages_of(mesh: MeshConfig, model_dir: Path) -> MeshConfig:
     return mesh
 
 
+def stage_processes(mesh: MeshConfig, stage: str, module: str, common: list[str]
+                    ) -> list[tuple[str, str, list[str]]]:  # fmt: skip
+    """(name, module, args) of each process of `stage`: one, or with thinker.replicas N, N thinkers named
+    thinker-<i>, each on its device from thinker.devices."""
+    flags = [*common, "--port", "0", "--metrics-port", "0"]
+    if stage != "thinker":
+        return [(stage, module, [*flags, "--replica", f"{stage}-0"])]
+    thinker = mesh.thinker
+    names = ["thinker"] if thinker.replicas == 1 else [f"thinker-{i}" for i in range(thinker.replicas)]
+    return [(name, module, [*flags, "--replica", f"thinker-{i}", "--device", thinker.replica_device(i)])
+            for i, name in enumerate(names)]
+
+
+def with_addresses(mesh: MeshConfig, addresses: dict[str, list[str]]) -> MeshConfig:
+    """Each stage's address as started; the thinker's replicas as its address list (in replica order, as
+    `start_together` returns them)."""
+    for stage, targets in addresses.items():
+        if stage == "thinker" and mesh.thinker.replicas > 1:
+            mesh = replace(mesh, thinker=replace(mesh.thinker, address="", addresses=tuple(targets)))
+        else:
+            mesh = replace(mesh, **{stage: replace(mesh.stage(stage), address=targets[0])})
+    return mesh
+
+
 def _run_mesh(mesh: MeshConfig, model_dir: Path, workdir: Path, args: argparse.Namespace) -> int:
     gw_server = mesh.gateway.server
     sup = Supervisor("127.0.0.1")
@@ -83,11 +107,12 @@ def _run_mesh(mesh: MeshConfig, model_dir: Path, workdir: Path, args: argparse.N
     write_mesh_config(mesh, config_path)
     common = ["--config", str(config_path), "--model", str(model_dir), "--log-level", args.log_level]
     try:
-        stages = [(stage, module, [*common, "--port", "0", "--metrics-port", "0", "--replica", f"{stage}-0"])
-                  for stage, module in STAGE_MODULES.items() if mesh.stage(stage).enabled]
+        stages = [spec for stage, module in STAGE_MODULES.items() if mesh.stage(stage).enabled
+                  for spec in stage_processes(mesh, stage, module, common)]
+        addresses: dict[str, list[str]] = {}
         for child in sup.start_together(stages, args.ready_timeout):
-            mesh = replace(mesh, **{child.name: replace(mesh.stage(child.name),
-                                                        address=f"127.0.0.1:{child.grpc_port}")})
+            addresses.setdefault(child.name.split("-")[0], []).append(f"127.0.0.1:{child.grpc_port}")
+        mesh = with_addresses(mesh, addresses)
         write_mesh_config(mesh, config_path)
         gateway = sup.start("gateway", "gateway", [*common, "--replica", "gateway-0"], args.ready_timeout,
                             host=gw_server.host)

@@ -1,4 +1,5 @@
-"""The gateway's client of the thinker stage: sends a prompt and its media embeddings, yields token batches."""
+"""The gateway's client of the thinker stage: routes a prompt to a replica (gateway/routing/), sends it and its
+media embeddings, yields token batches."""
 from __future__ import annotations
 
 import time
@@ -8,12 +9,13 @@ from dataclasses import dataclass, field
 import grpc
 import torch
 
-from omnimesh.v1 import common_pb2, thinker_pb2, thinker_pb2_grpc
+from omnimesh.v1 import common_pb2, thinker_pb2
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.metrics import Metrics
 from runtime.sampling import sampling_to_pb
 from runtime.tensor_codec import TensorAssembler, encode_tensor
 from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
+from gateway.routing.router import ThinkerRouter
 
 
 @dataclass
@@ -23,6 +25,11 @@ class ThinkerPrompt:
     media: list[thinker_pb2.MediaSpan] = field(default_factory=list)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # "media.<i>.embeddings" / ".deepstack.<k>"
     use_audio_in_video: bool = False
+
+    @property
+    def media_salts(self) -> tuple[tuple[int, int, str], ...]:
+        """What the engine salts its block keys with (services/thinker/service.py), for routing by cached prefix."""
+        return tuple((m.offset, m.offset + m.length, m.content_hash) for m in self.media)
 
 
 @dataclass
@@ -44,16 +51,25 @@ class ThinkerDone:
 
 
 class ThinkerClient:
-    def __init__(self, channel: grpc.aio.Channel, metrics: Metrics) -> None:
-        self._stub = thinker_pb2_grpc.ThinkerStub(channel)
+    def __init__(self, router: ThinkerRouter, metrics: Metrics) -> None:
+        self.router = router
         self._metrics = metrics
 
     async def info(self, timeout: float) -> common_pb2.StageInfo:
-        return await stage_info(self._stub.Info, "thinker", timeout)
+        return await stage_info((await self.router.any_replica()).stub.Info, "thinker", timeout)
 
     async def generate(self, prompt: ThinkerPrompt, sampling: SamplingOptions, want_conditioning: bool,
                        timeout: float | None) -> AsyncIterator[TextChunk | Conditioning | ThinkerDone]:
-        call = self._stub.Generate(self._requests(prompt, sampling, want_conditioning), timeout=timeout)
+        # the talker needs the media rows' hidden states computed, so such a request reuses no cached blocks
+        replica, _ = await self.router.route(prompt.token_ids, prompt.media_salts, reuses_cache=not want_conditioning)
+        with replica.carrying():
+            async for out in self._generate(replica.stub.Generate, prompt, sampling, want_conditioning, timeout):
+                yield out
+
+    async def _generate(self, rpc: grpc.aio.StreamStreamMultiCallable, prompt: ThinkerPrompt,
+                        sampling: SamplingOptions, want_conditioning: bool,
+                        timeout: float | None) -> AsyncIterator[TextChunk | Conditioning | ThinkerDone]:
+        call = rpc(self._requests(prompt, sampling, want_conditioning), timeout=timeout)
         assembler = TensorAssembler("talker_conditioning")
         received = 0
         try:

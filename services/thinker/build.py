@@ -13,12 +13,14 @@ from runtime.build_info import build_string
 from runtime.config import EngineConfig, MeshConfig
 from runtime.engine.async_engine import AsyncEngine
 from runtime.engine.block_manager import BlockManager
+from runtime.engine.cache_events import CacheEventLog
 from runtime.engine.engine import Engine, ModelRunner
 from runtime.engine.scheduler import Scheduler, SchedulerLimits
 from runtime.engine.step_metrics import bind_engine_metrics
 from runtime.server import StageServer
 from runtime.stage_device import stage_device
 from runtime.tokenizer import Tokenizer
+from services.thinker.cache_report import CacheReporter
 from services.thinker.graphs import GraphSettings
 from services.thinker.model import ThinkerLM
 from services.thinker.runner import ThinkerRunner
@@ -48,11 +50,12 @@ def build_engine(model: ThinkerLM, eng: EngineConfig, device: torch.device, dtyp
                            max_model_len) if eng.cuda_graphs else None
     runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs)
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len),
-                          BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache))
+                          BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache, CacheEventLog()))
     return EngineParts(Engine(scheduler, wrap_runner(runner)), scheduler, max_model_len, num_blocks, per_block)
 
 
-def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer) -> tuple[ThinkerService, ThinkerLM]:
+def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
+                          ) -> tuple[ThinkerService, ThinkerLM, CacheReporter]:  # fmt: skip
     stage = mesh.thinker
     eng = stage.engine
     device = stage_device(stage.device, stage.cpu_threads)
@@ -65,11 +68,11 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", parts.num_blocks,
              eng.block_size, parts.num_blocks * parts.block_bytes / 2**20, parts.max_model_len, device, stage.dtype,
              "kernel" if model.use_kernels else "reference")
-    return service, model
+    return service, model, CacheReporter(parts.scheduler)
 
 
 async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
-    service, model = build_thinker_service(mesh, model_dir, server)
+    service, model, cache = build_thinker_service(mesh, model_dir, server)
     cfg = model.cfg
     info = common_pb2.StageInfo(
         stage="thinker", replica=server.replica, model=mesh.model, build=build_string(),
@@ -80,7 +83,7 @@ async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) 
         limits={"max_model_len": service.max_model_len, "max_num_seqs": mesh.thinker.engine.max_num_seqs,
                 "max_batch_tokens": mesh.thinker.engine.max_batch_tokens,
                 "num_kv_blocks": service.engine.engine.scheduler.blocks.num_blocks})
-    servicer = ThinkerServicer(service, cfg, mesh.gateway.sampling, info)
+    servicer = ThinkerServicer(service, cfg, mesh.gateway.sampling, info, cache)
     server.add_service(thinker_pb2_grpc.add_ThinkerServicer_to_server, servicer, SERVICE_NAME)
     server.not_serving_when("the thinker engine", lambda: service.engine.failure, service.engine.heartbeat,
                             mesh.thinker.stall_timeout_s)

@@ -10,6 +10,7 @@ from runtime.config import SamplingDefaults
 from runtime.errors import InvalidArgument
 from runtime.sampling import resolve_sampling
 from runtime.tensor_codec import TensorAssembler, encode_tensor
+from services.thinker.cache_report import CacheReport
 from services.thinker.model import MediaKind, MediaSpanGrid, ThinkerConfig, prompt_positions
 from services.thinker.request import MediaInput, ThinkerRequest
 from services.thinker.service import ConditioningOut, FinishedOut, GenerateInput, TokensOut
@@ -163,3 +164,11 @@ def to_pb(out: TokensOut | ConditioningOut | FinishedOut, token_bytes: Callable[
             usage=common_pb2.Usage(prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
                                    cached_prompt_tokens=out.cached_prompt_tokens),
             timings=common_pb2.Timings(queue_seconds=out.queue_seconds, compute_seconds=out.compute_seconds)))
+
+
+def cache_event_to_pb(report: CacheReport) -> thinker_pb2.CacheEvent:
+    load = report.load
+    return thinker_pb2.CacheEvent(
+        snapshot=report.delta.snapshot, stored=report.delta.stored, evicted=report.delta.evicted,
+        load=thinker_pb2.ReplicaLoad(running=load.running, waiting=load.waiting, kv_usage=load.kv_usage),
+        block_size=report.block_size, prefix_cache=report.prefix_cache)

@@ -21,6 +21,38 @@ MEDIA_KIND_VIDEO: MediaKind
 MEDIA_KIND_AUDIO: MediaKind
 MEDIA_KIND_AUDIO_IN_VIDEO: MediaKind
 
+class CacheEventsRequest(_message.Message):
+    __slots__ = ("interval_ms",)
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    interval_ms: int
+    def __init__(self, interval_ms: _Optional[int] = ...) -> None: ...
+
+class ReplicaLoad(_message.Message):
+    __slots__ = ("running", "waiting", "kv_usage")
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    KV_USAGE_FIELD_NUMBER: _ClassVar[int]
+    running: int
+    waiting: int
+    kv_usage: float
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ...) -> None: ...
+
+class CacheEvent(_message.Message):
+    __slots__ = ("snapshot", "stored", "evicted", "load", "block_size", "prefix_cache")
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
+    snapshot: bool
+    stored: _containers.RepeatedScalarFieldContainer[bytes]
+    evicted: _containers.RepeatedScalarFieldContainer[bytes]
+    load: ReplicaLoad
+    block_size: int
+    prefix_cache: bool
+    def __init__(self, snapshot: _Optional[bool] = ..., stored: _Optional[_Iterable[bytes]] = ..., evicted: _Optional[_Iterable[bytes]] = ..., load: _Optional[_Union[ReplicaLoad, _Mapping]] = ..., block_size: _Optional[int] = ..., prefix_cache: _Optional[bool] = ...) -> None: ...
+
 class MediaSpan(_message.Message):
     __slots__ = ("kind", "offset", "length", "grid_thw", "second_per_grid", "content_hash", "audio_length")
     KIND_FIELD_NUMBER: _ClassVar[int]

@@ -45,6 +45,11 @@ class ThinkerStub:
                 request_serializer=omnimesh_dot_v1_dot_common__pb2.InfoRequest.SerializeToString,
                 response_deserializer=omnimesh_dot_v1_dot_common__pb2.StageInfo.FromString,
                 _registered_method=True)
+        self.CacheEvents = channel.unary_stream(
+                '/omnimesh.v1.Thinker/CacheEvents',
+                request_serializer=omnimesh_dot_v1_dot_thinker__pb2.CacheEventsRequest.SerializeToString,
+                response_deserializer=omnimesh_dot_v1_dot_thinker__pb2.CacheEvent.FromString,
+                _registered_method=True)
 
 
 class ThinkerServicer:
@@ -66,6 +71,15 @@ class ThinkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CacheEvents(self, request, context):
+        """What this replica's prefix cache holds and how loaded it is, for routers (the gateway's thinker routing): first
+        every block cached now, then, every interval, the blocks stored and evicted since and the load. Runs until the
+        client cancels or the server stops; a router that reconnects (or reaches a restarted replica) starts afresh.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ThinkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +92,11 @@ def add_ThinkerServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=omnimesh_dot_v1_dot_common__pb2.InfoRequest.FromString,
                     response_serializer=omnimesh_dot_v1_dot_common__pb2.StageInfo.SerializeToString,
+            ),
+            'CacheEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.CacheEvents,
+                    request_deserializer=omnimesh_dot_v1_dot_thinker__pb2.CacheEventsRequest.FromString,
+                    response_serializer=omnimesh_dot_v1_dot_thinker__pb2.CacheEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +153,33 @@ class Thinker:
             '/omnimesh.v1.Thinker/Info',
             omnimesh_dot_v1_dot_common__pb2.InfoRequest.SerializeToString,
             omnimesh_dot_v1_dot_common__pb2.StageInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CacheEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/omnimesh.v1.Thinker/CacheEvents',
+            omnimesh_dot_v1_dot_thinker__pb2.CacheEventsRequest.SerializeToString,
+            omnimesh_dot_v1_dot_thinker__pb2.CacheEvent.FromString,
             options,
             channel_credentials,
             insecure,

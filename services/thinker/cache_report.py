@@ -1,0 +1,62 @@
+"""What a thinker replica tells routers: its prefix cache's changes and its load, every interval (no protobuf)."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from runtime.engine.cache_events import CacheDelta, CacheEventLog
+from runtime.engine.scheduler import Scheduler
+from runtime.errors import InvalidArgument
+
+DEFAULT_INTERVAL_MS = 100
+MIN_INTERVAL_MS, MAX_INTERVAL_MS = 10, 10_000
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    running: int
+    waiting: int
+    kv_usage: float
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    delta: CacheDelta
+    load: ReplicaLoad
+    block_size: int
+    prefix_cache: bool
+
+
+def report_interval_s(interval_ms: int) -> float:
+    """The interval a CacheEvents call asked for, in seconds (0: the default)."""
+    if interval_ms == 0:
+        return DEFAULT_INTERVAL_MS / 1000
+    if not MIN_INTERVAL_MS <= interval_ms <= MAX_INTERVAL_MS:
+        raise InvalidArgument("interval_ms", f"is {interval_ms}; use {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS} "
+                              f"milliseconds, or 0 for {DEFAULT_INTERVAL_MS}")
+    return interval_ms / 1000
+
+
+class CacheReporter:
+    """Reads the engine's cache event log and scheduler (written by the engine thread) for any number of streams."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        if scheduler.blocks.events is None:
+            raise ValueError("the scheduler's BlockManager was built without a CacheEventLog (events=)")
+        self._events: CacheEventLog = scheduler.blocks.events
+        self._scheduler = scheduler
+
+    def load(self) -> ReplicaLoad:
+        s = self._scheduler
+        return ReplicaLoad(len(s.running), len(s.waiting), s.blocks.usage_ratio)
+
+    async def reports(self, interval_s: float) -> AsyncIterator[CacheReport]:
+        """A snapshot first, then the net changes of each interval, each with the load at that moment."""
+        blocks = self._scheduler.blocks
+        cursor = None
+        while True:
+            delta = self._events.read(cursor)
+            cursor = delta.cursor
+            yield CacheReport(delta, self.load(), blocks.block_size, blocks.enable_prefix_cache)
+            await asyncio.sleep(interval_s)
