@@ -56,7 +56,8 @@ class OmniService:
 
     def check_served(self, chat: ChatInput) -> None:
         if chat.want_audio and self.talker is None:
-            raise Unimplemented("output_modalities: audio output is not served by this deployment (no talker stage)")
+            raise Unimplemented("output_modalities: audio output is not served by this deployment (no talker stage; "
+                                "it serves text output only)")
 
     async def max_model_len(self) -> int:
         if self._max_model_len is None:

@@ -133,6 +133,9 @@ def load_audio_tensors(ckpt_dir: Path, device: torch.device | str, dtype: torch.
     """The encoder's tensors named as under Qwen3-Omni's `thinker.audio_tower.` (prefix stripped), whatever the
     checkpoint's layout."""
     family = read_family(ckpt_dir)
+    if family.audio_prefix is None:
+        raise ValueError(f"{ckpt_dir} holds {family.family}, which has no audio encoder; serve it without the audio "
+                         f"stage (it needs {', '.join(family.stages)})")
     tensors = load_component(ckpt_dir, family.audio_prefix, device=device, dtype=dtype)
     if family.projector_prefix is not None:
         projector = load_component(ckpt_dir, family.projector_prefix, device=device, dtype=dtype)

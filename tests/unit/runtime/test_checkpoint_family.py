@@ -1,4 +1,5 @@
-"""Model recognition from config.json: Qwen3-Omni (with or without a talker) and Qwen3-ASR in both layouts."""
+"""Model recognition from config.json: Qwen3-Omni (with or without a talker), Qwen3-ASR in both layouts, Qwen3.5
+dense and MoE."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from runtime.checkpoint.asr.demo import original_config
 from runtime.checkpoint.asr.demo_config import demo_config as asr_config
 from runtime.checkpoint.demo_config import demo_config as omni_config
 from runtime.checkpoint.family import family_of, read_family
+from runtime.checkpoint.qwen3_5.demo_config import demo_config as qwen3_5_config
 from runtime.config import MeshConfig
 
 
@@ -51,7 +53,7 @@ def test_asr_untied_original_reads_its_head() -> None:
 
 
 def test_unknown_and_incomplete_configs_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="model_type 'llama'.*Qwen3-ASR"):
+    with pytest.raises(ValueError, match="model_type 'llama'.*Qwen3-ASR.*Qwen3.5"):
         family_of({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     with pytest.raises(ValueError, match="without text_config"):
         family_of({"model_type": "qwen3_asr"})
@@ -76,5 +78,43 @@ def test_demo_asr_resolves_to_the_cached_asr_checkpoint(tmp_path: Path, monkeypa
     monkeypatch.setattr("runtime.checkpoint.asr.demo_cache.cached_asr_demo_checkpoint",
                         lambda seed, root: built.append(root) or root / "asr")
     assert model_path.resolve_model("demo-asr") == tmp_path / "demo_ckpt" / "asr"
-    with pytest.raises(FileNotFoundError, match="Qwen3-ASR checkpoint directory, 'demo' or 'demo-asr'"):
+    with pytest.raises(FileNotFoundError, match="Qwen3.5 checkpoint directory, 'demo', 'demo-asr', 'demo-qwen3.5' "
+                                                "or 'demo-qwen3.5-moe'"):
         model_path.resolve_model(str(tmp_path / "nowhere"))
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_qwen3_5_serves_vision_and_text(moe: bool) -> None:
+    family = family_of(qwen3_5_config(moe))
+    assert (family.family, family.layout, family.stages) == ("qwen3.5", "hf", ("vision", "thinker"))
+    assert (family.lm_prefix, family.head_prefix, family.vision_prefix) == ("model.language_model.", "lm_head.",
+                                                                            "model.visual.")
+    assert (family.audio_prefix, family.serves_vision, family.serves_speech) == (None, True, False)
+    assert family.thinker["text_config"]["model_type"] == ("qwen3_5_moe_text" if moe else "qwen3_5_text")
+    tied = qwen3_5_config(moe) | {"tie_word_embeddings": True}
+    assert family_of(tied).head_prefix is None
+    by_architecture = {k: v for k, v in qwen3_5_config(moe).items() if k != "model_type"}
+    assert family_of(by_architecture).family == "qwen3.5"
+
+
+def test_qwen3_5_without_its_sub_configs_is_refused() -> None:
+    cfg = qwen3_5_config()
+    del cfg["vision_config"]
+    with pytest.raises(ValueError, match="qwen3_5 config without vision_config"):
+        family_of(cfg)
+    with pytest.raises(ValueError, match="without text_config / vision_config"):
+        family_of({"model_type": "qwen3_5_moe"})
+
+
+def test_up_starts_only_vision_and_thinker_for_qwen3_5(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(qwen3_5_config(moe=True)))
+    mesh = only_stages_of(MeshConfig(), tmp_path)
+    assert [s for s in ("vision", "audio", "talker", "thinker") if mesh.stage(s).enabled] == ["vision", "thinker"]
+
+
+def test_audio_stage_refuses_a_qwen3_5_checkpoint(tmp_path: Path) -> None:
+    from services.audio.model.encoder import load_audio_tensors
+
+    (tmp_path / "config.json").write_text(json.dumps(qwen3_5_config()))
+    with pytest.raises(ValueError, match="holds qwen3.5, which has no audio encoder.*needs vision, thinker"):
+        load_audio_tensors(tmp_path, "cpu", None)
