@@ -31,12 +31,12 @@ from bench.thinker.proc_cpu import cpu_times  # noqa: E402
 from bench.thinker.profile_stream_path import step_totals  # noqa: E402
 from omnimesh.v1 import common_pb2, thinker_pb2, thinker_pb2_grpc  # noqa: E402
 from runtime.config import SamplingDefaults, ServerConfig  # noqa: E402
-from runtime.engine.async_engine import AsyncEngine  # noqa: E402
 from runtime.engine.block_manager import BlockManager  # noqa: E402
 from runtime.engine.cache_events import CacheEventLog  # noqa: E402
 from runtime.engine.engine import Engine  # noqa: E402
+from runtime.engine.engine_loop import EngineLoop  # noqa: E402
 from runtime.engine.scheduler import Scheduler, SchedulerLimits  # noqa: E402
-from runtime.engine.step_metrics import bind_engine_metrics  # noqa: E402
+from runtime.engine.token_core import TokenCore  # noqa: E402
 from runtime.metrics import Metrics  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 from runtime.server import READY_PREFIX, StageServer, announce_ready  # noqa: E402
@@ -81,8 +81,8 @@ async def serve(args: argparse.Namespace) -> None:
     metrics = Metrics("thinker", "micro")
     server = StageServer("thinker", "micro", ServerConfig(port=0, metrics_port=0), metrics)
     engine, scheduler, max_len = paced_engine(args)
-    async_engine = AsyncEngine(engine, on_step=bind_engine_metrics(metrics, scheduler))
-    service = ThinkerService(async_engine, Tokenizer.from_dir(model_dir), metrics, max_len, args.flush_ms / 1000,
+    engine_loop = EngineLoop(TokenCore(engine), metrics)
+    service = ThinkerService(engine_loop, Tokenizer.from_dir(model_dir), metrics, max_len, args.flush_ms / 1000,
                              args.concurrency + 256)
     servicer = ThinkerServicer(service, ThinkerConfig.from_checkpoint(model_dir), SamplingDefaults(),
                                common_pb2.StageInfo(stage="thinker"), CacheReporter(scheduler))
@@ -91,7 +91,7 @@ async def serve(args: argparse.Namespace) -> None:
     try:
         await server.serve_until_signal()
     finally:
-        async_engine.close()
+        engine_loop.close()
 
 
 def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, dict[str, int]]:

@@ -18,6 +18,7 @@ import torch
 from runtime.engine.sampler import PendingSample, RowGenerators, launch_sample
 from runtime.engine.scheduler import PENDING_TOKEN, ScheduledBatch, Scheduler
 from runtime.engine.sequence import FinishReason, Sequence
+from runtime.engine.step_core import StepStats
 
 
 @dataclass(frozen=True)
@@ -54,19 +55,6 @@ class TokenEvent:
     top_ids: list[int] | None = None
     top_logprobs: list[float] | None = None
     finish_reason: FinishReason | None = None
-
-
-@dataclass(frozen=True)
-class StepStats:
-    seconds: float
-    num_rows: int
-    num_tokens: int
-    num_preempted: int
-    num_waiting: int
-    num_running: int
-    kv_usage_ratio: float
-    prefix_queried_tokens: int = 0  # looked up in the prefix cache during this step's admissions
-    prefix_hit_tokens: int = 0
 
 
 @dataclass

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from runtime.engine.engine import StepStats
+from runtime.engine.step_core import StepStats
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,9 @@ class SlowStepLog:
             self._unwritten += 1
             return False
         more = f"; {self._unwritten} more slow steps since the last warning" if self._unwritten else ""
-        log.warning("%s: a step took %.0f ms (over %.0f ms): %d rows, %d tokens, %d running, %d waiting, %d preempted, "
-                    "KV %.0f%% used%s", self.stage, stats.seconds * 1e3, self.threshold_s * 1e3, stats.num_rows,
-                    stats.num_tokens, stats.num_running, stats.num_waiting, stats.num_preempted,
-                    stats.kv_usage_ratio * 100, more)
+        kv = "" if stats.kv_usage_ratio is None else f", KV {stats.kv_usage_ratio * 100:.0f}% used"
+        log.warning("%s: a step took %.0f ms (over %.0f ms): %d rows, %d tokens, %d running, %d waiting, %d preempted"
+                    "%s%s", self.stage, stats.seconds * 1e3, self.threshold_s * 1e3, stats.num_rows, stats.num_tokens,
+                    stats.num_running, stats.num_waiting, stats.num_preempted, kv, more)
         self._last, self._unwritten = now, 0
         return True

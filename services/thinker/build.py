@@ -11,12 +11,12 @@ import torch
 from omnimesh.v1 import common_pb2, thinker_pb2_grpc
 from runtime.build_info import build_string
 from runtime.config import EngineConfig, MeshConfig
-from runtime.engine.async_engine import AsyncEngine
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.cache_events import CacheEventLog
 from runtime.engine.engine import Engine, ModelRunner
+from runtime.engine.engine_loop import EngineLoop
 from runtime.engine.scheduler import Scheduler, SchedulerLimits
-from runtime.engine.step_metrics import bind_engine_metrics
+from runtime.engine.token_core import TokenCore
 from runtime.server import StageServer
 from runtime.stage_device import stage_device
 from runtime.tokenizer import Tokenizer
@@ -62,7 +62,7 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     dtype = getattr(torch, stage.dtype)
     model = ThinkerLM.load(model_dir, device=device, dtype=dtype)
     parts = build_engine(model, eng, device, dtype)
-    engine = AsyncEngine(parts.engine, on_step=bind_engine_metrics(server.metrics, parts.scheduler))
+    engine = EngineLoop(TokenCore(parts.engine), server.metrics)
     service = ThinkerService(engine, Tokenizer.from_dir(model_dir), server.metrics, parts.max_model_len,
                              eng.token_flush_ms / 1000, eng.max_num_seqs + eng.max_waiting_seqs)
     log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", parts.num_blocks,
@@ -76,13 +76,13 @@ async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) 
     cfg = model.cfg
     info = common_pb2.StageInfo(
         stage="thinker", replica=server.replica, model=mesh.model, build=build_string(),
-        device=str(service.engine.engine.runner.device),
+        device=str(service.engine.core.engine.runner.device),
         dims={"hidden_size": cfg.hidden_size, "vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers,
               "num_experts": cfg.num_experts, "num_deepstack": cfg.num_deepstack,
               "accept_hidden_layer": cfg.accept_hidden_layer or 0},
         limits={"max_model_len": service.max_model_len, "max_num_seqs": mesh.thinker.engine.max_num_seqs,
                 "max_batch_tokens": mesh.thinker.engine.max_batch_tokens,
-                "num_kv_blocks": service.engine.engine.scheduler.blocks.num_blocks})
+                "num_kv_blocks": service.engine.core.engine.scheduler.blocks.num_blocks})
     servicer = ThinkerServicer(service, cfg, mesh.gateway.sampling, info, cache)
     server.add_service(thinker_pb2_grpc.add_ThinkerServicer_to_server, servicer, SERVICE_NAME)
     server.not_serving_when("the thinker engine", lambda: service.engine.failure, service.engine.heartbeat,

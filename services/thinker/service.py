@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from runtime.engine.async_engine import AsyncEngine
 from runtime.engine.engine import TokenEvent
+from runtime.engine.engine_loop import EngineLoop
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.sequence import FinishReason, Sequence
 from runtime.errors import InvalidArgument, ResourceExhausted, Unavailable
@@ -55,7 +55,7 @@ class FinishedOut:
 class ThinkerService:
     """Admits requests into the engine and turns its per-step events into coalesced stream outputs."""
 
-    def __init__(self, engine: AsyncEngine, tokenizer: Tokenizer, metrics: Metrics, max_model_len: int,
+    def __init__(self, engine: EngineLoop, tokenizer: Tokenizer, metrics: Metrics, max_model_len: int,
                  flush_seconds: float, max_in_flight: int) -> None:
         self.engine = engine
         self.max_in_flight = max_in_flight  # running rows + waiting queue: beyond it, back-pressure
@@ -105,12 +105,10 @@ class ThinkerService:
         finish: FinishReason | None = None
         completion = 0
         first_token_at = conditioning_at = None  # monotonic, for the debug timeline
-        async with self.engine.submit(seq) as stream:
+        async with self.engine.submit(seq.seq_id, seq, seq.request_id) as stream:
             while finish is None:
                 events = await stream.take(hold_until, hold_grace=self.flush_seconds)
                 finish = events[-1].finish_reason
-                if self.engine.failure is not None:
-                    raise Unavailable(f"the thinker engine has failed: {self.engine.failure!r}", stage="thinker")
                 if not sent_conditioning and inp.request.talker_states_complete:
                     sent_conditioning = True
                     conditioning_at = time.monotonic()

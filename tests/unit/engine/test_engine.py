@@ -1,19 +1,18 @@
-"""Engine and AsyncEngine over a fake ModelRunner: tokens, events, preemption, seeds, abort, failure, metrics."""
+"""Engine over a fake ModelRunner: tokens, events, preemption, seeds, abort, metrics."""
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 import torch
 
-from runtime.engine.async_engine import AsyncEngine
 from runtime.engine.block_manager import BlockManager
-from runtime.engine.engine import Engine, PendingTokens, StepStats, TokenEvent
+from runtime.engine.engine import Engine, StepStats, TokenEvent
 from runtime.engine.sampling_params import SamplingOptions
-from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
+from runtime.engine.scheduler import Scheduler, SchedulerLimits
 from runtime.engine.sequence import FinishReason, Sequence
 from runtime.engine.step_metrics import bind_engine_metrics
+from runtime.engine.token_core import TokenCore
 from runtime.metrics import Metrics
 from tests.unit.engine.engine_fakes import FakeRunner, make_seq
 
@@ -271,7 +270,7 @@ def test_finished_sequences_are_released_once_and_cannot_be_aborted() -> None:
 def test_step_metrics_follow_the_scheduler() -> None:
     engine, _ = make_engine(max_num_seqs=1, num_blocks=10)
     metrics = Metrics("thinker", "r0")
-    record = bind_engine_metrics(metrics, engine.scheduler)
+    record = bind_engine_metrics(metrics, TokenCore(engine))
     labels = {"stage": "thinker", "replica": "r0", "model_name": ""}
 
     def value(name: str) -> float | None:
@@ -308,136 +307,6 @@ def test_step_stats_count_prefix_queries_and_hits() -> None:
     engine.add(opted_out)
     stats = next_stats()
     assert (stats.prefix_queried_tokens, stats.prefix_hit_tokens) == (0, 0)  # opted out: not a query
-
-
-# --- AsyncEngine --------------------------------------------------------------------------------------------------
-
-class SlowRunner(FakeRunner):
-    """Sleeps a little per step, so a test can act between steps; can be told to fail."""
-
-    def __init__(self, blocks: BlockManager, delay: float = 0.002) -> None:
-        super().__init__(blocks, VOCAB)
-        self.delay = delay
-        self.fail_at_step: int | None = None
-
-    def run(self, batch: ScheduledBatch, pending: PendingTokens | None = None) -> torch.Tensor:
-        if self.fail_at_step is not None and len(self.batches) >= self.fail_at_step:
-            raise RuntimeError("device lost")
-        time.sleep(self.delay)
-        return super().run(batch, pending)
-
-
-def make_async(delay: float = 0.002, **kw: object) -> tuple[AsyncEngine, SlowRunner, list[StepStats]]:
-    blocks = BlockManager(64, 4)
-    runner = SlowRunner(blocks, delay)
-    sched = Scheduler(SchedulerLimits(8, 64, 1000), blocks)
-    steps: list[StepStats] = []
-    return AsyncEngine(Engine(sched, runner), on_step=steps.append), runner, steps
-
-
-async def collect(stream: object, timeout: float = 10.0) -> list[TokenEvent]:
-    out = []
-    while True:
-        ev = await stream.next(timeout)
-        assert ev is not None, "stream stalled"
-        out.append(ev)
-        if ev.finish_reason is not None:
-            return out
-
-
-def test_async_engine_streams_each_sequence_its_own_events() -> None:
-    aeng, _, steps = make_async()
-
-    async def main() -> list[list[TokenEvent]]:
-        seqs = [make_seq(p, greedy(4 + i)) for i, p in enumerate(PROMPTS[:3])]
-        streams = [aeng.submit(s) for s in seqs]
-        results = await asyncio.gather(*(collect(st) for st in streams))
-        assert all(st.finished for st in streams)
-        return results
-
-    try:
-        results = asyncio.run(main())
-    finally:
-        aeng.close()
-    for i, (p, evs) in enumerate(zip(PROMPTS[:3], results)):
-        assert [e.token_id for e in evs] == alone(p, greedy(4 + i))
-        assert evs[-1].finish_reason is FinishReason.LENGTH
-    assert steps and all(isinstance(s, StepStats) for s in steps)
-    assert not aeng._thread.is_alive() and aeng.failure is None
-
-
-def test_closing_a_stream_early_aborts_and_frees_its_blocks() -> None:
-    aeng, runner, _ = make_async(delay=0.01)
-    blocks = aeng.engine.scheduler.blocks
-    seq = make_seq([1, 2, 3], SamplingOptions(temperature=0.0, max_tokens=10_000, ignore_eos=True))
-
-    async def main() -> None:
-        async with aeng.submit(seq) as stream:
-            first = await stream.next(5.0)
-            assert first is not None and first.token_id is not None
-        assert stream.finished
-        # Keep this loop alive until the engine thread has applied the abort (its sinks post to this loop).
-        end = time.monotonic() + 5.0
-        while not (seq.is_finished and blocks.num_free_blocks == 64):
-            assert time.monotonic() < end, "abort never applied"
-            await asyncio.sleep(0.005)
-
-    try:
-        asyncio.run(main())
-        assert seq.finish_reason is FinishReason.CANCELLED and runner.released == [seq.seq_id]
-        assert aeng._streams == {} and aeng.failure is None
-    finally:
-        aeng.close()
-
-
-def test_stream_next_times_out_with_none() -> None:
-    aeng, _, _ = make_async()
-
-    async def main() -> None:
-        quiet = aeng.submit(make_seq([2], greedy(1)))
-        await collect(quiet)
-        assert await quiet.next(0) is None
-        assert await quiet.next(0.01) is None
-        quiet.close()  # already finished: no abort sent, nothing breaks
-
-    try:
-        asyncio.run(main())
-    finally:
-        aeng.close()
-
-
-def test_a_dead_engine_cancels_every_open_stream() -> None:
-    aeng, runner, _ = make_async()
-    runner.fail_at_step = 2
-
-    async def main() -> list[TokenEvent]:
-        stream = aeng.submit(make_seq([1, 2], SamplingOptions(temperature=0.0, max_tokens=100)))
-        return await collect(stream)
-
-    try:
-        events = asyncio.run(main())
-    finally:
-        aeng.close()
-    assert events[-1].token_id is None and events[-1].finish_reason is FinishReason.CANCELLED
-    assert isinstance(aeng.failure, RuntimeError) and not aeng._thread.is_alive()
-    assert aeng.engine.scheduler.blocks.num_free_blocks == 64
-
-
-def test_submitting_to_a_dead_engine_fails_the_stream() -> None:
-    aeng, runner, _ = make_async()
-    runner.fail_at_step = 0
-
-    async def main() -> TokenEvent | None:
-        first = aeng.submit(make_seq([1], greedy(5)))
-        await collect(first)
-        late = aeng.submit(make_seq([2], greedy(5)))
-        return await late.next(0.5)
-
-    try:
-        ev = asyncio.run(main())
-    finally:
-        aeng.close()
-    assert ev is not None and ev.finish_reason is FinishReason.CANCELLED
 
 
 def test_a_step_launched_ahead_for_rows_that_had_ended_is_read_but_not_reported() -> None:

@@ -1,4 +1,4 @@
-"""ThinkerService streaming over a real AsyncEngine and a scripted model: coalesced batches keep tokens, text and
+"""ThinkerService streaming over a real EngineLoop and a scripted model: coalesced batches keep tokens, text and
 logprobs aligned and in order; stop tokens, stop strings, cancellation and a dead engine end streams as before."""
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime.engine.async_engine import AsyncEngine
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.engine import Engine
+from runtime.engine.engine_loop import EngineLoop
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
 from runtime.engine.sequence import FinishReason, Sequence
+from runtime.engine.token_core import TokenCore
 from runtime.errors import Unavailable
 from runtime.metrics import Metrics
 from runtime.tokenizer import Tokenizer
@@ -64,7 +65,7 @@ def make_service(tok: Tokenizer, script: list[int], flush_s: float, delay: float
                  ) -> tuple[ThinkerService, ScriptedRunner]:
     runner = ScriptedRunner(script, max([*script, *tok.eos_token_ids]) + 1, delay)
     scheduler = Scheduler(SchedulerLimits(8, 256, 1000), BlockManager(128, 16))
-    service = ThinkerService(AsyncEngine(Engine(scheduler, runner)), tok, Metrics("thinker", "test"), 1000,
+    service = ThinkerService(EngineLoop(TokenCore(Engine(scheduler, runner))), tok, Metrics("thinker", "test"), 1000,
                              flush_s, max_in_flight=8)
     return service, runner
 
@@ -137,12 +138,12 @@ def test_a_stop_string_cuts_the_text_and_aborts_the_sequence(tok: Tokenizer) -> 
     batches, done = split(generate(service, request(sampling)))
     assert "".join(b.text for b in batches) == SENTENCE[:SENTENCE.index(" park")]
     assert done.reason is FinishReason.STOP and runner.steps < 100  # aborted, not run to max_tokens
-    assert service.engine.engine.scheduler.blocks.num_free_blocks == 128
+    assert service.engine.core.engine.scheduler.blocks.num_free_blocks == 128
 
 
 def test_leaving_the_stream_early_aborts_the_sequence_and_frees_its_slot(tok: Tokenizer) -> None:
     service, _ = make_service(tok, tok.encode(SENTENCE), flush_s=0.01)
-    blocks = service.engine.engine.scheduler.blocks
+    blocks = service.engine.core.engine.scheduler.blocks
     sampling = SamplingOptions(temperature=0.0, max_tokens=900, ignore_eos=True)
 
     async def main() -> None:
