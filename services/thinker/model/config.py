@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.checkpoint.family import family_of
+from services.thinker.model.hybrid_config import HybridConfig, is_hybrid_text_config, parse_hybrid
 
 # Real Qwen3-Omni ids, used only when a config.json leaves an id out (the released configs name every one).
 _DEFAULT_IDS = {
@@ -65,9 +66,17 @@ class ThinkerConfig:
     num_deepstack: int  # vision deepstack features, added after decoder layers 0 .. num_deepstack-1
     accept_hidden_layer: int | None  # decoder layer (1-based) whose output the talker consumes; None without a talker
     tie_word_embeddings: bool = False  # Qwen3-ASR: the LM head is embed_tokens
+    # Qwen3.5: Gated-DeltaNet layers beside gated attention (None: every layer is attention)
+    hybrid: HybridConfig | None = None
+    rotary_dim: int = 0  # leading dims of each head that RoPE rotates (partial rotary); 0: all of head_dim
+    shared_expert_intermediate_size: int = 0  # Qwen3.5 MoE: a sigmoid-gated shared expert beside the routed ones
 
     def __post_init__(self) -> None:
-        if sum(self.mrope_section) != self.head_dim // 2:
+        if not 0 <= self.rotary_dim <= self.head_dim or self.rotary_dim % 2:
+            raise ValueError(f"rotary_dim {self.rotary_dim} must be even and in 0..head_dim ({self.head_dim}); "
+                             "check partial_rotary_factor")
+        # Qwen3.5 (like transformers) lets mrope_section overrun the rotary frequencies: the extra entries go unused
+        if self.hybrid is None and sum(self.mrope_section) != self.rope_dim // 2:
             raise ValueError(
                 f"mrope_section {self.mrope_section} sums to {sum(self.mrope_section)}; "
                 f"it must sum to head_dim // 2 = {self.head_dim // 2}"
@@ -87,6 +96,16 @@ class ThinkerConfig:
             )
         if self.num_deepstack > self.num_layers:
             raise ValueError(f"num_deepstack {self.num_deepstack} exceeds num_layers {self.num_layers}")
+
+    @property
+    def rope_dim(self) -> int:
+        """Dims of each head that RoPE rotates."""
+        return self.rotary_dim or self.head_dim
+
+    @property
+    def kv_layers(self) -> tuple[int, ...]:
+        """Decoder layers that keep paged KV: all of them, or a hybrid model's full-attention layers."""
+        return self.hybrid.full_layers if self.hybrid is not None else tuple(range(self.num_layers))
 
     @property
     def num_query_groups(self) -> int:
@@ -121,13 +140,15 @@ class ThinkerConfig:
         talker = root.get("talker_config")
         ids = {name: _token_id(name, root, thinker) for name in _DEFAULT_IDS}
         num_layers = text["num_hidden_layers"]
+        hybrid = parse_hybrid(text) if is_hybrid_text_config(text) else None
+        head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
         return cls(
             vocab_size=text["vocab_size"],
             hidden_size=text["hidden_size"],
             num_layers=num_layers,
             num_heads=text["num_attention_heads"],
             num_kv_heads=text["num_key_value_heads"],
-            head_dim=text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"],
+            head_dim=head_dim,
             intermediate_size=text.get("intermediate_size", 0),
             moe_intermediate_size=text.get("moe_intermediate_size", 0),
             num_experts=text.get("num_experts", 0),
@@ -135,7 +156,7 @@ class ThinkerConfig:
             norm_topk_prob=bool(text.get("norm_topk_prob", True)),
             rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
             rope_theta=_rope_theta(text),
-            mrope_section=_mrope_section(text, asr),
+            mrope_section=_mrope_section(text, asr, hybrid is not None),
             max_position_embeddings=text.get("max_position_embeddings", 32768),
             decoder_sparse_step=text.get("decoder_sparse_step", 1),
             mlp_only_layers=tuple(text.get("mlp_only_layers") or ()),
@@ -144,9 +165,13 @@ class ThinkerConfig:
             position_id_per_seconds=thinker.get("position_id_per_seconds", 13),
             spatial_merge_size=vision.get("spatial_merge_size", 2),
             audio_n_window=audio.get("n_window", 50),
-            num_deepstack=0 if asr else len(vision.get("deepstack_visual_indexes", (8, 16, 24))),
+            # Qwen3.5's tower has no deepstack; an Omni config that omits the field means the released three
+            num_deepstack=0 if asr or hybrid else len(vision.get("deepstack_visual_indexes", (8, 16, 24))),
             accept_hidden_layer=talker.get("accept_hidden_layer") if talker else None,
             tie_word_embeddings=bool(text.get("tie_word_embeddings", thinker.get("tie_word_embeddings", False))),
+            hybrid=hybrid,
+            rotary_dim=_rotary_dim(text, head_dim) if hybrid else 0,
+            shared_expert_intermediate_size=text.get("shared_expert_intermediate_size", 0) if hybrid else 0,
         )
 
 
@@ -172,13 +197,21 @@ def _rope_theta(text: dict[str, Any]) -> float:
     return float(params.get("rope_theta", text.get("rope_theta", 1e6)))
 
 
-def _mrope_section(text: dict[str, Any], one_axis: bool) -> tuple[int, int, int]:
+def _rotary_dim(text: dict[str, Any], head_dim: int) -> int:
+    """Qwen3.5 rotates a quarter of each head unless `partial_rotary_factor` says otherwise."""
+    factor = float(_rope_params(text).get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25)))
+    if not 0 < factor <= 1:
+        raise ValueError(f"text_config.rope_parameters.partial_rotary_factor {factor} must be in (0, 1]")
+    return int(head_dim * factor)
+
+
+def _mrope_section(text: dict[str, Any], one_axis: bool, hybrid: bool = False) -> tuple[int, int, int]:
     """`one_axis` (1-D RoPE): every frequency reads the t row; the rows are equal for text and audio, so this is
-    plain RoPE."""
+    plain RoPE. Qwen3.5 (`hybrid`) defaults to its released [11, 11, 10]."""
     if one_axis and "mrope_section" not in _rope_params(text):
         head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
         return (head_dim // 2, 0, 0)
-    section = _rope_params(text).get("mrope_section", [24, 20, 20])
+    section = _rope_params(text).get("mrope_section", [11, 11, 10] if hybrid else [24, 20, 20])
     if len(section) != 3:
         raise ValueError(f"mrope_section {section} must have 3 entries (t, h, w)")
     return (int(section[0]), int(section[1]), int(section[2]))

@@ -7,12 +7,13 @@ from torch import nn
 T_AXIS, H_AXIS, W_AXIS = 0, 1, 2
 
 
-def frequency_axes(mrope_section: tuple[int, int, int]) -> torch.Tensor:
-    """Which position axis drives each of the head_dim/2 frequencies: [head_dim // 2] int64 in {0, 1, 2}.
+def frequency_axes(mrope_section: tuple[int, int, int], num_freqs: int | None = None) -> torch.Tensor:
+    """Which position axis drives each of the rotary frequencies: [num_freqs] int64 in {0, 1, 2}.
 
     Frequencies cycle t, h, w while the h and w sections last (3 * section entries each); every other one is t.
+    num_freqs defaults to the section's sum; Qwen3.5's sections may overrun a smaller rotary dim (cut there).
     """
-    num_freqs = sum(mrope_section)
+    num_freqs = sum(mrope_section) if num_freqs is None else num_freqs
     axes = torch.full((num_freqs,), T_AXIS, dtype=torch.long, device="cpu")
     for axis in (H_AXIS, W_AXIS):
         axes[axis:3 * mrope_section[axis]:3] = axis
@@ -37,7 +38,7 @@ class MRoPE(nn.Module):
         # Built on the host in fp32 whatever the default device, so every device gets the same frequencies.
         exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim
         self.register_buffer("inv_freq", 1.0 / (theta ** exponents), persistent=False)  # [D/2]
-        self.register_buffer("axes", frequency_axes(mrope_section), persistent=False)  # [D/2]
+        self.register_buffer("axes", frequency_axes(mrope_section, head_dim // 2), persistent=False)  # [D/2]
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions: [3, T] (t, h, w) -> cos, sin: [T, D] in `dtype`; angles are computed in fp32."""

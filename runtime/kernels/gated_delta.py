@@ -1,0 +1,81 @@
+"""The gated delta rule over state slots: fla-core's Triton kernels on CUDA (chunked for prefill rows, fused recurrent
+for decode rows), the plain-PyTorch reference elsewhere. Each layer's recurrent states live in one fp32 tensor
+[S, Hv, Dk, Dv]; every call reads its rows' slots and writes them back in place.
+
+fla is imported only on the CUDA path (`pip install -r bench/gpu-wheels.txt`), never by the CPU install.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+from types import ModuleType
+
+import torch
+
+from runtime.kernels.gated_delta_reference import chunk_gated_delta_rule, recurrent_gated_delta_step
+
+
+@functools.cache
+def _fla() -> ModuleType | None:
+    """fla.ops.gated_delta_rule when installed, else None (the reference serves)."""
+    if importlib.util.find_spec("fla") is None:
+        return None
+    import fla.ops.gated_delta_rule as ops  # noqa: PLC0415 - GPU-only dependency, imported on first CUDA call
+    return ops
+
+
+def use_fla(x: torch.Tensor) -> bool:
+    return x.is_cuda and _fla() is not None
+
+
+def gated_delta_decode(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, states: torch.Tensor,
+    slots: torch.Tensor,
+) -> torch.Tensor:
+    """One token per row. q, k: [B, Hk, Dk]; v: [B, Hv, Dv]; g (log decay, fp32), beta: [B, Hv]; slots: int64 [B]
+    on the device. -> [B, Hv, Dv] in v's dtype; states[slots] advance by one token."""
+    if use_fla(q):
+        out, final = _fla().fused_recurrent_gated_delta_rule(
+            q=q[:, None], k=k[:, None], v=v[:, None], g=g[:, None], beta=beta[:, None],
+            initial_state=states.index_select(0, slots), output_final_state=True, use_qk_l2norm_in_kernel=True)
+        states.index_copy_(0, slots, final.to(states.dtype))
+        return out[:, 0]
+    step = recurrent_gated_delta_step(q, k, v, g, beta, states.index_select(0, slots))
+    states.index_copy_(0, slots, step.state)
+    return step.out
+
+
+def gated_delta_prefill(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, states: torch.Tensor,
+    rows: list[tuple[int, int, int]],
+) -> torch.Tensor:
+    """Rows of several tokens packed one after another. q, k: [T, Hk, Dk]; v: [T, Hv, Dv]; g, beta: [T, Hv];
+    rows: (first token, token count, slot) covering 0..T in order. -> [T, Hv, Dv]; each row's slot holds its state
+    after its last token."""
+    if use_fla(q):
+        return _prefill_fla(q, k, v, g, beta, states, rows)
+    out = torch.empty_like(v)
+    for start, count, slot in rows:
+        part = slice(start, start + count)
+        res = chunk_gated_delta_rule(q[part], k[part], v[part], g[part], beta[part], states[slot])
+        out[part] = res.out
+        states[slot] = res.state
+    return out
+
+
+def _prefill_fla(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, states: torch.Tensor,
+    rows: list[tuple[int, int, int]],
+) -> torch.Tensor:
+    """One varlen launch for every row: fla takes [1, T, ...] with cu_seqlens and one initial state per row."""
+    bounds = [0]
+    for _, count, _ in rows:
+        bounds.append(bounds[-1] + count)
+    device = q.device
+    cu_seqlens = torch.tensor(bounds, dtype=torch.long).to(device, non_blocking=True)
+    slots = torch.tensor([slot for _, _, slot in rows], dtype=torch.long).to(device, non_blocking=True)
+    out, final = _fla().chunk_gated_delta_rule(
+        q=q[None], k=k[None], v=v[None], g=g[None], beta=beta[None], initial_state=states.index_select(0, slots),
+        output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
+    states.index_copy_(0, slots, final.to(states.dtype))
+    return out[0]

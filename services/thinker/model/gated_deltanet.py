@@ -1,0 +1,64 @@
+"""Qwen3.5's Gated DeltaNet token mixer: projections, short causal conv over q/k/v, the gated delta rule over the
+sequence's state slot, a SiLU(z)-gated RMSNorm per value head, and the output projection."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from runtime.kernels.causal_conv import causal_conv_decode, causal_conv_prefill
+from runtime.kernels.gated_delta import gated_delta_decode, gated_delta_prefill
+from services.thinker.model.config import ThinkerConfig
+from services.thinker.model.hybrid_norms import GatedRMSNorm
+from services.thinker.model.linear_state import StateContext
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, cfg: ThinkerConfig, state_layer: int) -> None:
+        """state_layer: this layer's index among the linear layers (its row of the state cache)."""
+        super().__init__()
+        h = cfg.hybrid
+        assert h is not None
+        self.state_layer = state_layer
+        self.cfg = h
+        self.in_proj_qkv = nn.Linear(cfg.hidden_size, h.conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(cfg.hidden_size, h.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(cfg.hidden_size, h.num_value_heads, bias=False)
+        self.in_proj_a = nn.Linear(cfg.hidden_size, h.num_value_heads, bias=False)
+        # only its weight [C, 1, K] is used (by runtime.kernels.causal_conv); kept a Conv1d for the checkpoint's name
+        self.conv1d = nn.Conv1d(h.conv_dim, h.conv_dim, h.conv_kernel, groups=h.conv_dim, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(h.num_value_heads))
+        self.A_log = nn.Parameter(torch.zeros(h.num_value_heads))
+        self.norm = GatedRMSNorm(h.value_head_dim, cfg.rms_norm_eps)
+        self.out_proj = nn.Linear(h.value_dim, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, states: StateContext) -> torch.Tensor:
+        """x: [T, H] packed rows -> [T, H]; each row's conv and recurrent state advance in its slot."""
+        h, num_tokens = self.cfg, x.shape[0]
+        mixed = self.in_proj_qkv(x)  # [T, C]
+        beta = self.in_proj_b(x).sigmoid()  # [T, Hv]
+        # fp32: in half precision exp(A_log) * softplus(.) can overflow to -inf
+        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)  # [T, Hv]
+        weight = self.conv1d.weight[:, 0]  # [C, K]
+        conv = states.cache.conv[self.state_layer]
+        recurrent = states.cache.recurrent[self.state_layer]
+        out = x.new_empty(num_tokens, h.num_value_heads, h.value_head_dim)  # [T, Hv, Dv]
+        if states.decode_rows.numel():
+            rows = states.decode_rows
+            q, k, v = self._split(causal_conv_decode(mixed[rows], weight, conv, states.decode_slots))
+            out[rows] = gated_delta_decode(q, k, v, g[rows], beta[rows], recurrent, states.decode_slots)
+        if states.prefill:
+            convolved = torch.cat([causal_conv_prefill(mixed[start:start + count], weight, conv, slot)
+                                   for start, count, slot in states.prefill])  # [Tp, C]
+            q, k, v = self._split(convolved)
+            rows = states.prefill_rows
+            out[rows] = gated_delta_prefill(q, k, v, g[rows], beta[rows], recurrent, states.prefill_gathered)
+        z = self.in_proj_z(x).view(num_tokens, h.num_value_heads, h.value_head_dim)
+        return self.out_proj(self.norm(out, z).reshape(num_tokens, h.value_dim))  # [T, Hv * Dv] -> [T, H]
+
+    def _split(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[n, C] conv output -> q, k [n, Hk, Dk] and v [n, Hv, Dv]."""
+        h, n = self.cfg, mixed.shape[0]
+        q, k, v = mixed.split([h.key_dim, h.key_dim, h.value_dim], dim=-1)
+        return (q.reshape(n, h.num_key_heads, h.key_head_dim), k.reshape(n, h.num_key_heads, h.key_head_dim),
+                v.reshape(n, h.num_value_heads, h.value_head_dim))

@@ -1,0 +1,119 @@
+"""Qwen3.5's language model (dense or MoE) over packed tokens: embed, hybrid decoder stack (Gated-DeltaNet layers
+with state slots, gated attention layers with paged KV), zero-centred final norm, logits.
+
+Same contract as ThinkerLM (load, embed, forward -> LMOutput, compute_logits), plus the step's StateContext.
+The plain-PyTorch path is exact (CPU, fp32); `enable_kernels` moves attention to the paged-attention kernels, the
+MoE to the fused MoE and (on CUDA with fla-core) the delta rule to fla's Triton kernels.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from runtime.attention import AttentionContext, paged_attention
+from runtime.weights import load_component
+from services.thinker.model.attention import AttentionBackend
+from services.thinker.model.checkpoint import fuse_experts
+from services.thinker.model.config import ThinkerConfig
+from services.thinker.model.hybrid_decoder import HybridDecoderLayer
+from services.thinker.model.hybrid_norms import ZeroCentredRMSNorm
+from services.thinker.model.kernel_path import kernel_attention, kernels_available
+from services.thinker.model.linear_state import LinearStateCache, StateContext
+from services.thinker.model.lm import DeepstackInput, LMOutput
+from services.thinker.model.rope import MRoPE
+
+# Qwen3_5(Moe)ForConditionalGeneration's layout; checkpoints' `mtp.*` weights sit outside it and are never read
+LM_PREFIX, HEAD_PREFIX = "model.language_model.", "lm_head."
+
+
+class HybridLM(nn.Module):
+    def __init__(self, cfg: ThinkerConfig, backend: AttentionBackend = paged_attention) -> None:
+        super().__init__()
+        if cfg.hybrid is None:
+            raise ValueError("HybridLM needs a Qwen3.5 config (ThinkerConfig.hybrid); use ThinkerLM for Qwen3-Omni")
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(HybridDecoderLayer(cfg, i, backend) for i in range(cfg.num_layers))
+        self.norm = ZeroCentredRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.rope = MRoPE(cfg.rope_dim, cfg.rope_theta, cfg.mrope_section)
+        self.kv_layer = {layer: i for i, layer in enumerate(cfg.kv_layers)}  # decoder layer -> its kv_caches entry
+        self.use_kernels = False
+
+    @classmethod
+    def load(cls, ckpt_dir: Path | str, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+             backend: AttentionBackend = paged_attention, use_kernels: bool | None = None) -> HybridLM:
+        """From a Qwen3.5 checkpoint directory, reading only `model.language_model.*` and the LM head."""
+        cfg = ThinkerConfig.from_checkpoint(ckpt_dir)
+        return cls.from_state_dict(cfg, load_hybrid_state_dict(ckpt_dir, cfg, device, dtype), device, backend,
+                                   use_kernels)
+
+    @classmethod
+    def from_state_dict(cls, cfg: ThinkerConfig, state: dict[str, torch.Tensor], device: torch.device | str = "cpu",
+                        backend: AttentionBackend = paged_attention, use_kernels: bool | None = None) -> HybridLM:
+        with torch.device("meta"):
+            model = cls(cfg, backend)
+        model.load_state_dict(state, strict=True, assign=True)
+        model = model.to(device).eval().requires_grad_(False)
+        if use_kernels is None:
+            use_kernels = kernels_available(device, model.lm_head.weight.dtype)
+        if use_kernels:
+            model.enable_kernels()
+        return model
+
+    def enable_kernels(self) -> None:
+        """Paged attention and the MoE on runtime.kernels (their references off CUDA); the delta rule picks fla by
+        itself on CUDA."""
+        for layer in self.layers:
+            if not layer.is_linear and layer.self_attn.backend is paged_attention:
+                layer.self_attn.backend = kernel_attention
+            layer.fused_moe = hasattr(layer.mlp, "forward_fused")
+        self.use_kernels = True
+
+    def allocate_states(self, num_slots: int, device: torch.device | str) -> LinearStateCache:
+        assert self.cfg.hybrid is not None
+        return LinearStateCache(self.cfg.hybrid, num_slots, self.lm_head.weight.dtype, device)
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """token_ids: [T] -> [T, H]."""
+        return self.embed_tokens(token_ids)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext, kv_caches: list[torch.Tensor],
+                deepstack: DeepstackInput | None = None, capture_layer: int | None = None,
+                states: StateContext | None = None) -> LMOutput:
+        """x: [T, H] input embeddings (media rows already replaced); positions: [3, T]; kv_caches: one per
+        full-attention layer; states: the step's state slots (required: every Qwen3.5 has linear layers)."""
+        if states is None:
+            raise ValueError("a Qwen3.5 forward needs the step's StateContext (its Gated-DeltaNet state slots)")
+        if deepstack is not None:
+            raise ValueError("Qwen3.5 has no deepstack; its vision features enter as embeddings only")
+        if len(kv_caches) != len(self.kv_layer):
+            raise ValueError(f"kv_caches has {len(kv_caches)} layers; the model has {len(self.kv_layer)} "
+                             "full-attention layers")
+        if capture_layer is not None and not 1 <= capture_layer <= len(self.layers):
+            raise ValueError(f"capture_layer {capture_layer} must be in 1..{len(self.layers)}")
+        cos, sin = self.rope(positions, x.dtype)  # [T, rotary dims] each
+        captured = None
+        for i, layer in enumerate(self.layers):
+            kv = kv_caches[self.kv_layer[i]] if i in self.kv_layer else None
+            x = layer(x, cos, sin, kv, ctx, states)
+            if capture_layer == i + 1:
+                captured = x
+        return LMOutput(hidden=self.norm(x), captured=captured)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [N, H] -> [N, V] float32."""
+        return self.lm_head(hidden).float()
+
+
+def load_hybrid_state_dict(ckpt_dir: Path | str, cfg: ThinkerConfig, device: torch.device | str,
+                           dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """HybridLM's state dict; a tied head is the embedding tensor itself. Experts stored per expert are fused."""
+    tensors = load_component(Path(ckpt_dir), LM_PREFIX, device=device, dtype=dtype)
+    if cfg.tie_word_embeddings:
+        tensors["lm_head.weight"] = tensors["embed_tokens.weight"]
+    else:
+        tensors["lm_head.weight"] = load_component(Path(ckpt_dir), HEAD_PREFIX, device=device, dtype=dtype)["weight"]
+    return fuse_experts(tensors, cfg)

@@ -1,0 +1,46 @@
+"""Qwen3.5's LM (dense and MoE) against transformers on its demo checkpoints, fp32 on CPU: prefill logits, then the
+logits of each paged decode step (recurrent state in a slot, KV in shuffled blocks) and the greedy tokens."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.thinker.model import ThinkerConfig
+from services.thinker.model.hybrid_lm import HybridLM
+from services.thinker.model.loader import load_thinker_lm
+from tests.parity.qwen3_5.hybrid_harness import HybridRunner, reference
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+# 70 tokens: the chunked delta rule's 64-token chunk boundary falls inside the prompt
+PROMPTS = ([151644, 872, 198, 9707, 11, 1879, 0, 151645, 198, 151644, 77091, 198],
+           [(7 * i + 3) % 5000 + 100 for i in range(70)],
+           [151644, 77091, 198])
+STEPS = 5
+
+
+def test_loader_picks_the_hybrid_lm_and_skips_mtp(hybrid_ckpt, hybrid_lm: HybridLM) -> None:
+    assert isinstance(load_thinker_lm(hybrid_ckpt, use_kernels=False), HybridLM)
+    assert ThinkerConfig.from_checkpoint(hybrid_ckpt) == hybrid_lm.cfg
+    assert not any(name.startswith("mtp") for name in hybrid_lm.state_dict())
+
+
+def test_prefill_and_decode_logits_match_transformers(hybrid_lm: HybridLM, hf_hybrid) -> None:
+    runs = [reference(hf_hybrid, p, STEPS) for p in PROMPTS]
+    runner = HybridRunner(hybrid_lm, seed=3)
+    results = runner.step([(seq, p) for seq, p in enumerate(PROMPTS)])  # three prefills in one packed step
+    ours = [[int(r[-1].argmax())] for r in results]
+    for run, logits in zip(runs, results):
+        torch.testing.assert_close(logits, run.prefill_logits, **TOL)
+    for step in range(1, STEPS):
+        results = runner.step([(seq, [tokens[-1]]) for seq, tokens in enumerate(ours)])  # batched decode rows
+        for seq, logits in enumerate(results):
+            torch.testing.assert_close(logits[0], runs[seq].step_logits[step], **TOL)
+            ours[seq].append(int(logits[0].argmax()))
+    assert ours == [run.tokens for run in runs]
+
+
+def test_forward_without_state_slots_is_refused(hybrid_lm: HybridLM) -> None:
+    runner = HybridRunner(hybrid_lm)
+    with pytest.raises(ValueError, match="StateContext"):
+        hybrid_lm(torch.zeros(1, hybrid_lm.cfg.hidden_size), torch.zeros(3, 1, dtype=torch.long), None,
+                  runner.kv_caches)
