@@ -2,20 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import base64
 import json
-import mimetypes
 import os
 import sys
-import wave
 from pathlib import Path
+from typing import Any
 
-import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
-
-from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
+from omnimesh import Audio, AudioDelta, AudioFailed, Client, Image, Message, OmnimeshError, Sampling, TextDelta, Usage
+from omnimesh import Video, wav_bytes
 from gateway.cli.dial import add_tls_arguments, gateway_channel
+from gateway.cli.event_lines import error_json, event_json
 
 
 def media_file(value: str) -> Path:
@@ -63,116 +59,55 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def build_request(args: argparse.Namespace) -> omni_pb2.ChatRequest:
-    sampling = common_pb2.SamplingParams(stop=args.stop, stop_token_ids=args.stop_token_id, ignore_eos=args.ignore_eos,
-                                         top_logprobs=args.logprobs, logprobs=args.logprobs > 0)
-    if args.greedy:
-        sampling.temperature = 0.0
-    for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-                 "frequency_penalty", "seed", "max_tokens"):  # flags spelled as the SamplingParams fields
-        value = getattr(args, name)
-        if value is not None:
-            setattr(sampling, name, value)
-    content = []
-    for kind in ("image", "audio", "video"):
-        for path in getattr(args, kind):
-            media = omni_pb2.Media(data=path.read_bytes(), mime_type=mimetypes.guess_type(path.name)[0] or "")
-            content.append(omni_pb2.ContentPart(**{kind: media}))
-    content.append(omni_pb2.ContentPart(text=args.text))
-    messages = []
-    if args.system:
-        messages.append(omni_pb2.Message(role="system", content=[omni_pb2.ContentPart(text=args.system)]))
-    messages.append(omni_pb2.Message(role="user", content=content))
-    modalities = [omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if args.speak else [])
-    request = omni_pb2.ChatRequest(messages=messages, sampling=sampling, output_modalities=modalities,
-                                   voice=args.voice, return_codes=args.codes,
-                                   use_audio_in_video=args.use_audio_in_video)
-    speech_temperature = 0.0 if args.greedy else args.speech_temperature
-    if speech_temperature is not None:
-        request.speech_sampling.temperature = speech_temperature
-    if args.speech_seed is not None:
-        request.speech_sampling.seed = args.speech_seed
-    return request
+SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                  "frequency_penalty", "seed", "max_tokens")  # spelled as the Sampling fields
 
 
-def event_json(ev: omni_pb2.ChatEvent) -> dict:
-    kind = ev.WhichOneof("event")
-    if kind == "text":
-        out = {"type": "text", "text": ev.text.text, "token_ids": list(ev.text.token_ids)}
-        if ev.text.logprobs:  # a token's text may be part of a character: its bytes decoded with replacement
-            out["logprobs"] = [{"token_id": lp.token_id, "token": lp.token.decode("utf-8", "replace"),
-                                "logprob": lp.logprob,
-                                "top": [[t.token_id, t.logprob, t.token.decode("utf-8", "replace")] for t in lp.top]}
-                               for lp in ev.text.logprobs]
-        return out
-    if kind == "audio":
-        a = ev.audio
-        out = {"type": "audio", "index": a.index, "sample_rate": a.sample_rate, "num_samples": len(a.pcm16) // 2,
-               "num_frames": a.num_frames, "pcm16_base64": base64.b64encode(a.pcm16).decode("ascii")}
-        if a.codes:
-            out["codes"] = list(a.codes)
-        return out
-    if kind == "usage":
-        u = ev.usage
-        return {"type": "usage", "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-                "cached_prompt_tokens": u.cached_prompt_tokens, "audio_seconds": u.audio_seconds}
-    if kind == "done":
-        return {"type": "done", "finish_reason": common_pb2.FinishReason.Name(ev.done.finish_reason)
-                .removeprefix("FINISH_REASON_").lower()}
-    return {"type": "error", "code": ev.error.code, "message": ev.error.message, "stage": ev.error.stage}
-
-
-def error_json(err: grpc.RpcError) -> dict:
-    out = {"type": "error", "code": err.code().name, "message": err.details() or ""}
-    status = rpc_status.from_call(err)
-    if status is not None:
-        for detail in status.details:
-            if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-                bad = error_details_pb2.BadRequest()
-                detail.Unpack(bad)
-                out["field_violations"] = [{"field": v.field, "description": v.description}
-                                           for v in bad.field_violations]
-    return out
+def chat_call(args: argparse.Namespace) -> tuple[list[Message], dict[str, Any]]:
+    """The messages and Client.chat_stream's keyword arguments the flags ask for."""
+    flags = {name: getattr(args, name) for name in SAMPLING_FLAGS} | ({"temperature": 0.0} if args.greedy else {})
+    sampling = Sampling(**flags, stop=tuple(args.stop), stop_token_ids=tuple(args.stop_token_id),
+                        ignore_eos=args.ignore_eos, top_logprobs=args.logprobs, logprobs=args.logprobs > 0)
+    media = [kind.file(path) for kind, paths in ((Image, args.image), (Audio, args.audio), (Video, args.video))
+             for path in paths]
+    messages = [*([Message.system(args.system)] if args.system else []), Message.user(*media, args.text)]
+    speech = Sampling(temperature=0.0 if args.greedy else args.speech_temperature, seed=args.speech_seed)
+    return messages, {"sampling": sampling, "speak": args.speak is not None, "voice": args.voice,
+                      "speech_sampling": speech, "return_codes": args.codes,
+                      "use_audio_in_video": args.use_audio_in_video}
 
 
 def run(args: argparse.Namespace) -> int:
-    request = build_request(args)
-    metadata = [("authorization", f"Bearer {args.api_key}")] if args.api_key else None
-    pcm = bytearray()
+    messages, kwargs = chat_call(args)
+    pcm, rate = bytearray(), 24_000
     failed = False
-    usage: dict = {}
-    with gateway_channel(args) as channel:
-        stub = omni_pb2_grpc.OmniStub(channel)
+    usage: Usage | None = None
+    with Client(channel=gateway_channel(args), api_key=args.api_key, timeout=args.timeout) as client:
         try:
-            for ev in stub.Chat(request, metadata=metadata, timeout=args.timeout):
-                kind = ev.WhichOneof("event")
-                if kind == "audio":
-                    pcm += ev.audio.pcm16
-                failed |= kind == "error"
+            for event in client.chat_stream(messages, **kwargs):
+                if isinstance(event, AudioDelta):
+                    pcm += event.pcm16
+                    rate = event.sample_rate
+                failed |= isinstance(event, AudioFailed)
                 if args.json:
-                    print(json.dumps(event_json(ev)), flush=True)
-                elif kind == "text":
-                    sys.stdout.write(ev.text.text)
+                    print(json.dumps(event_json(event)), flush=True)
+                elif isinstance(event, TextDelta):
+                    sys.stdout.write(event.text)
                     sys.stdout.flush()
-                elif kind == "usage":
-                    usage = event_json(ev)
-                elif kind == "error":
-                    print(f"\nerror: {ev.error.code}: {ev.error.message}", file=sys.stderr)
-        except grpc.RpcError as err:
+                elif isinstance(event, Usage):
+                    usage = event
+                elif isinstance(event, AudioFailed):
+                    print(f"\nerror: {event.code}: {event.message}", file=sys.stderr)
+        except OmnimeshError as err:
             failed = True
-            info = error_json(err)
             if args.json:
-                print(json.dumps(info), flush=True)
+                print(json.dumps(error_json(err)), flush=True)
             else:
-                print(f"\nerror: {info['code']}: {info['message']}", file=sys.stderr)
+                print(f"\nerror: {err.code.name}: {err.message}", file=sys.stderr)
     if not args.json:
         print()
         if usage:
-            print(f"[{usage['prompt_tokens']} prompt + {usage['completion_tokens']} generated tokens]", file=sys.stderr)
+            print(f"[{usage.prompt_tokens} prompt + {usage.completion_tokens} generated tokens]", file=sys.stderr)
     if args.speak and pcm:
-        with wave.open(str(args.speak), "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(24000)
-            w.writeframes(bytes(pcm))
+        args.speak.write_bytes(wav_bytes(bytes(pcm), rate))
     return 1 if failed else 0

@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import mimetypes
 import sys
 
-import grpc
-
-from omnimesh.v1 import omni_pb2, omni_pb2_grpc
-from gateway.cli.chat import error_json, event_json, media_file
+from omnimesh import Audio, Client, OmnimeshError, TextDelta
+from gateway.cli.chat import media_file
 from gateway.cli.dial import add_tls_arguments, gateway_channel
+from gateway.cli.event_lines import error_json, event_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,47 +25,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def build_request(args: argparse.Namespace) -> omni_pb2.TranscribeRequest:
-    audio = omni_pb2.Media(data=args.file.read_bytes(), mime_type=mimetypes.guess_type(args.file.name)[0] or "")
-    request = omni_pb2.TranscribeRequest(audio=audio, language=args.language, context=args.context)
-    if args.max_tokens is not None:
-        request.sampling.max_tokens = args.max_tokens
-    return request
-
-
-def transcribe_event_json(ev: omni_pb2.TranscribeEvent) -> dict:
-    """Text, usage, done and error as `chat --json` prints them; plus language and the whole transcript."""
-    kind = ev.WhichOneof("event")
-    if kind == "language":
-        return {"type": "language", "language": ev.language}
-    if kind == "transcript":
-        return {"type": "transcript", "language": ev.transcript.language, "text": ev.transcript.text}
-    as_chat = omni_pb2.ChatEvent()
-    getattr(as_chat, kind).CopyFrom(getattr(ev, kind))
-    return event_json(as_chat)
-
-
 def run(args: argparse.Namespace) -> int:
-    metadata = [("authorization", f"Bearer {args.api_key}")] if args.api_key else None
-    failed = False
-    with gateway_channel(args) as channel:
+    """Text events as chat --json prints them, plus the language and the whole transcript."""
+    with Client(channel=gateway_channel(args), api_key=args.api_key, timeout=args.timeout) as client:
         try:
-            for ev in omni_pb2_grpc.OmniStub(channel).Transcribe(build_request(args), metadata=metadata,
-                                                                 timeout=args.timeout):
-                kind = ev.WhichOneof("event")
-                failed |= kind == "error"
+            for event in client.transcribe_stream(Audio.file(args.file), language=args.language,
+                                                  context=args.context, max_tokens=args.max_tokens):
                 if args.json:
-                    print(json.dumps(transcribe_event_json(ev), ensure_ascii=False), flush=True)
-                elif kind == "text":
-                    sys.stdout.write(ev.text.text)
+                    print(json.dumps(event_json(event), ensure_ascii=False), flush=True)
+                elif isinstance(event, TextDelta):
+                    sys.stdout.write(event.text)
                     sys.stdout.flush()
-                elif kind == "error":
-                    print(f"\nerror: {ev.error.code}: {ev.error.message}", file=sys.stderr)
-        except grpc.RpcError as err:
-            failed = True
-            info = error_json(err)
-            print(json.dumps(info) if args.json else f"error: {info['code']}: {info['message']}",
-                  file=sys.stdout if args.json else sys.stderr, flush=True)
-    if not args.json and not failed:
+        except OmnimeshError as err:
+            if args.json:
+                print(json.dumps(error_json(err)), flush=True)
+            else:
+                print(f"error: {err.code.name}: {err.message}", file=sys.stderr)
+            return 1
+    if not args.json:
         print()
-    return 1 if failed else 0
+    return 0
