@@ -14,25 +14,31 @@ import json
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
+if __package__ in (None, ""):  # run as a script: make the repo root importable for `bench.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from runtime.checkpoint.demo_config import demo_config
-from services.talker.model.code2wav import Code2Wav
-from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
-from services.talker.model.code_predictor import CodePredictor
-from services.talker.model.config import TalkerConfig, parse_talker_config
-from services.talker.model.generate import RowStart, TalkerRunner, TalkerState
-from services.talker.model.load import TalkerModel, cast_parameters
-from services.talker.model.prompt import SpeechPrompt
-from services.talker.model.sampling import TalkerSampling
-from services.talker.model.talker_lm import TalkerLM
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from bench.moe_routing import ROUTING_MODES, routing_record  # noqa: E402
+from bench.talker.balance import balance_talker_routing, decode_experts_touched, recorded_routing  # noqa: E402
+from runtime.checkpoint.demo_config import demo_config  # noqa: E402
+from services.talker.model.code2wav import Code2Wav  # noqa: E402
+from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams  # noqa: E402
+from services.talker.model.code_predictor import CodePredictor  # noqa: E402
+from services.talker.model.config import TalkerConfig, parse_talker_config  # noqa: E402
+from services.talker.model.generate import RowStart, TalkerRunner, TalkerState  # noqa: E402
+from services.talker.model.load import TalkerModel, cast_parameters  # noqa: E402
+from services.talker.model.prompt import SpeechPrompt  # noqa: E402
+from services.talker.model.sampling import TalkerSampling  # noqa: E402
+from services.talker.model.talker_lm import TalkerLM  # noqa: E402
 
 FRAMES_PER_SECOND = 12.5  # 24 kHz / 1920 samples per frame
 IM_START, IM_END, USER, ASSISTANT, NEWLINE = 151644, 151645, 872, 77091, 198
@@ -83,6 +89,42 @@ def prompt(i: int, words: int) -> SpeechPrompt:
     return SpeechPrompt(ids, VOICES[i % len(VOICES)])
 
 
+def full_batch(model: TalkerModel, batch: int, frames: int, fast: bool) -> tuple[TalkerRunner, list[TalkerState]]:
+    """`batch` rows started (their prefill done) and fed text for `frames` steps; codec EOS is suppressed so every
+    step runs every row."""
+    runner = TalkerRunner(model, batch, 32 + 9 + frames + 2, fast=fast, cuda_graphs=fast)
+    runner.capture_graphs()
+    runner.suppress[model.cfg.tokens.codec_eos] = True
+    states = [runner.start(prompt(i, 20), 500 + i, TalkerSampling(seed=i), max_frames=10**6) for i in range(batch)]
+    for s in states:
+        for t in range(frames + 1):
+            s.push_text(2000 + t)
+    return runner, states
+
+
+def calibrate_routing(model: TalkerModel, batch: int, frames: int) -> dict[str, Any]:
+    """bench/talker/balance.py's two passes, each on `batch` prompts' prefill and `frames` eager decode steps."""
+    def drive() -> None:
+        runner, states = full_batch(model, batch, frames, fast=False)
+        for _ in range(frames):
+            runner.step(states)
+
+    return balance_talker_routing(model, drive)
+
+
+def routing(model: TalkerModel, mode: str, batches: list[int], frames: int) -> dict[str, Any]:
+    """The result's routing record: distinct experts a layer read in `frames` eager decode steps of each batch."""
+    touched: dict[str, Any] = {}
+    for b in batches:
+        runner, states = full_batch(model, b, frames, fast=False)  # the prefill stays out of the count
+        with recorded_routing(model) as calls:
+            for _ in range(frames):
+                runner.step(states)
+        touched |= decode_experts_touched(calls, model.cfg.lm.num_experts, model.cfg.lm.num_experts_per_tok, [b])
+    return routing_record(mode, touched, "eager decode steps of each measured batch, the talker's routers hooked "
+                                         "(bench/talker/balance.py); the fused path reads the same router weights")
+
+
 def bench_talker(
     model: TalkerModel, batch: int, warmup: int, steps: int, device: str, fast: bool
 ) -> dict[str, float]:
@@ -90,13 +132,7 @@ def bench_talker(
 
     `fast`: the fused frame step replayed as CUDA graphs (the service's GPU path); else the reference loop.
     """
-    runner = TalkerRunner(model, batch, 32 + 9 + warmup + steps + 2, fast=fast, cuda_graphs=fast)
-    runner.capture_graphs()
-    runner.suppress[model.cfg.tokens.codec_eos] = True  # keep the batch full
-    states = [runner.start(prompt(i, 20), 500 + i, TalkerSampling(seed=i), max_frames=10**6) for i in range(batch)]
-    for s in states:
-        for t in range(warmup + steps + 1):
-            s.push_text(2000 + t)
+    runner, states = full_batch(model, batch, warmup + steps, fast)
     for _ in range(warmup):
         runner.step(states)
     sync(device)
@@ -197,6 +233,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=None, help="measured talker steps per batch size")
     parser.add_argument("--paths", nargs="+", choices=("eager", "graphs"), default=None,
                         help="talker step paths to time (default: both on CUDA, eager on CPU)")
+    parser.add_argument("--routing", choices=ROUTING_MODES, default="balanced",
+                        help="balanced (default): the routers calibrated to spread a batch as a trained model's do "
+                             "(bench/moe_routing.py); native: the drawn weights' own routing")
     args = parser.parse_args(argv)
     args.argv = argv or []
     device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
@@ -208,12 +247,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.manual_seed(0)
     model = random_model(cfg, device, dtype)
     with torch.no_grad():
+        calibration = calibrate_routing(model, max(batches), 4 if args.tiny else 32) if args.routing == "balanced" \
+            else None
+        routed = routing(model, args.routing, batches, 4 if args.tiny else 16)
         warmup = 2 if args.tiny else 10
         talker = [bench_talker(model, b, warmup, steps, device, fast) for b in batches for fast in paths]
         prefill = [bench_prefill(model, b, 20, 3 if args.tiny else 10, device, fast) for b in batches for fast in paths]
         chunks = 2 if args.tiny else 8
         code2wav = [bench_code2wav(model, b, c, 11, chunks, device) for b in batches for c in (4, 25)]
-    result = {**provenance(device, args), "dtype": str(dtype), "dims": asdict(cfg.lm), "talker": talker,
+    result = {**provenance(device, args), "dtype": str(dtype), "dims": asdict(cfg.lm), "routing": routed,
+              "routing_calibration": calibration, "talker": talker,
               "prefill": prefill, "code2wav": code2wav}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
