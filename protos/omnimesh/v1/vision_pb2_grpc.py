@@ -53,8 +53,9 @@ class VisionServicer:
     def Encode(self, request_iterator, context):
         """One request's items: the client sends start, then each item's uint8 RGB frames as Tensor chunks named
         "item.<i>" with shape [frames, height, width, 3], then half-closes. The server streams, per item, "item.<i>.merged"
-        [tokens, hidden] and "item.<i>.deepstack.<k>" as Tensor chunks, then finished. Items of concurrent requests are
-        batched into one forward.
+        [tokens, hidden] and, only when the tower has deepstack mergers, "item.<i>.deepstack.<k>" for k < Info's
+        dims["num_deepstack"] (3 for Qwen3-Omni; 0 for Qwen3.5, whose tower has none), as Tensor chunks, then finished.
+        Items of concurrent requests are batched into one forward.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,10 +1,11 @@
 """`VisionTowerConfig`: the vision tower's dimensions, read from the checkpoint's `config.json`."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runtime.checkpoint.family import read_family
 
 # Activations the block MLP may name in `hidden_act`.
 SUPPORTED_ACTIVATIONS = ("gelu_pytorch_tanh", "gelu")
@@ -76,11 +77,15 @@ class VisionTowerConfig:
         return self.hidden_size * self.spatial_merge_size**2
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> VisionTowerConfig:
-        """From the `vision_config` section of `config.json`; absent keys take the reference defaults."""
+    def from_dict(cls, raw: dict[str, Any], deepstack: tuple[int, ...] | None = None) -> VisionTowerConfig:
+        """From the `vision_config` section of `config.json`; absent keys take the reference defaults.
+
+        `deepstack`: the layers the model's config class fixes, whatever the section says (Qwen3.5's has none).
+        """
         defaults = cls()
         rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-        deepstack = raw.get("deepstack_visual_indexes", defaults.deepstack_visual_indexes)
+        if deepstack is None:
+            deepstack = raw.get("deepstack_visual_indexes", defaults.deepstack_visual_indexes)
         theta = rope.get("rope_theta", raw.get("rope_theta", defaults.rope_theta))
         return cls(
             depth=int(raw.get("depth", defaults.depth)),
@@ -100,10 +105,12 @@ class VisionTowerConfig:
 
     @classmethod
     def from_checkpoint(cls, ckpt_dir: Path) -> VisionTowerConfig:
-        """From `<ckpt_dir>/config.json` (`thinker_config.vision_config`)."""
-        path = Path(ckpt_dir) / "config.json"
-        raw = json.loads(path.read_text())
-        vision = raw.get("thinker_config", {}).get("vision_config")
-        if vision is None:
-            raise ValueError(f"{path} has no thinker_config.vision_config; is it a Qwen3-Omni checkpoint?")
-        return cls.from_dict(vision)
+        """From `<ckpt_dir>/config.json`: `thinker_config.vision_config` (Qwen3-Omni) or `vision_config` (Qwen3.5)."""
+        family = read_family(ckpt_dir)
+        vision = family.thinker.get("vision_config")
+        if vision is None or family.vision_prefix is None:
+            raise ValueError(f"{Path(ckpt_dir) / 'config.json'} has no vision_config: a {family.family} checkpoint "
+                             f"without a vision tower; serve it without the vision stage (it needs "
+                             f"{', '.join(family.stages)})")
+        # Qwen3.5's vision config class deletes deepstack_visual_indexes: its tower has no deepstack mergers
+        return cls.from_dict(vision, deepstack=() if family.family == "qwen3.5" else None)

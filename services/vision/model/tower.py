@@ -1,4 +1,5 @@
-"""`VisionTower`: Qwen3-Omni's `thinker.visual`, batching many images and videos into one forward."""
+"""`VisionTower`: Qwen3-Omni's `thinker.visual` or Qwen3.5's `model.visual` (the same ViT without deepstack),
+batching many images and videos into one forward."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -10,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runtime.checkpoint.family import read_family
 from runtime.weights import load_component
 from services.vision.model.attention import select_attention, segment_sdpa
 from services.vision.model.config import VisionTowerConfig
@@ -19,7 +21,9 @@ from services.vision.model.layers import PatchEmbed, PatchMerger, VisionBlock, a
 from services.vision.model.plan import VisionPlan, build_plan
 from services.vision.model.rotary import inv_frequencies, rotary_cos_sin
 
-CHECKPOINT_PREFIX = "thinker.visual."
+# Qwen3-VL-style checkpoints (Qwen3.5) name the final merger's layers as their own classes do; ours keep Omni's.
+MERGER_NAMES = {"merger.norm.": "merger.ln_q.", "merger.linear_fc1.": "merger.mlp.0.",
+                "merger.linear_fc2.": "merger.mlp.2."}
 PLAN_CACHE_SIZE = 64
 
 
@@ -35,6 +39,13 @@ class VisionOutput(NamedTuple):
         merged = torch.split(self.merged, sizes)
         deepstack = [torch.split(d, sizes) for d in self.deepstack]
         return [VisionOutput(merged[i], [d[i] for d in deepstack]) for i in range(len(grids))]
+
+
+def _our_name(name: str) -> str:
+    for theirs, ours in MERGER_NAMES.items():
+        if name.startswith(theirs):
+            return ours + name[len(theirs):]
+    return name
 
 
 class VisionTower(nn.Module):
@@ -59,11 +70,14 @@ class VisionTower(nn.Module):
         cls, ckpt_dir: Path, device: torch.device | str, dtype: torch.dtype, attention: str = "auto",
         linear_dtype: str = "native",
     ) -> VisionTower:
-        """Reads only `thinker.visual.*` from the checkpoint and `thinker_config.vision_config` from config.json."""
+        """Reads only the vision tower's tensors (`thinker.visual.*` or `model.visual.*`) and its config."""
         check_linear_dtype(linear_dtype, torch.device(device), dtype)  # before reading any weights
         cfg = VisionTowerConfig.from_checkpoint(Path(ckpt_dir))
-        state = load_component(Path(ckpt_dir), CHECKPOINT_PREFIX, device=device, dtype=dtype)
-        return cls.from_state_dict(cfg, state, device, dtype, attention, linear_dtype)
+        prefix = read_family(ckpt_dir).vision_prefix
+        assert prefix is not None  # from_checkpoint refused a model without a tower
+        state = load_component(Path(ckpt_dir), prefix, device=device, dtype=dtype)
+        return cls.from_state_dict(cfg, {_our_name(name): t for name, t in state.items()}, device, dtype, attention,
+                                   linear_dtype)
 
     @classmethod
     def from_state_dict(
