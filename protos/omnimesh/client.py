@@ -49,6 +49,7 @@ class MeshInfo:
     output_modalities: tuple[str, ...]  # ("text",) or ("text", "audio")
     voices: tuple[str, ...]  # of the speech, default first
     model_family: str  # "qwen3-omni", "qwen3-asr" (which alone serves transcribe), ...; "" from older gateways
+    devices: dict[str, str]  # each stage's device by stage name, e.g. {"thinker": "cuda:0 NVIDIA H200"}
 
     @property
     def transcribes(self) -> bool:
@@ -58,8 +59,9 @@ class MeshInfo:
     @classmethod
     def from_pb(cls, info: omni_pb2.OmniInfo) -> MeshInfo:
         outputs = tuple(omni_pb2.Modality.Name(m).removeprefix("MODALITY_").lower() for m in info.output_modalities)
+        devices = {s.stage: s.device for s in (info.gateway, *info.stages) if s.device}
         return cls(info.gateway.model, info.gateway.build, tuple(info.input_modalities), outputs, tuple(info.voices),
-                   info.model_family)
+                   info.model_family, devices)
 
 
 class _Base:

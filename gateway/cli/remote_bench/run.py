@@ -1,0 +1,93 @@
+"""The sweep: each workload at each concurrency against one deployment, then the JSON result (and the plot)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import sys
+from typing import Any
+
+from omnimesh import AsyncClient, OmnimeshError
+from gateway.cli.remote_bench.drivers import GrpcDriver, OpenAIDriver, Refused
+from gateway.cli.remote_bench.load import closed_loop, summarize
+from gateway.cli.remote_bench.report import plot, provenance
+from gateway.cli.remote_bench.workloads import NEEDS, WORKLOADS
+
+
+def base_url(addr: str) -> str:
+    """HOST:PORT -> http://HOST:PORT/v1; a URL stays as given."""
+    return addr if addr.startswith(("http://", "https://")) else f"http://{addr}/v1"
+
+
+async def deployment(args: argparse.Namespace) -> dict[str, Any]:
+    """What the gRPC API says of the deployment: model, build, family, devices (an OpenAI server says none)."""
+    async with AsyncClient(args.addr, api_key=args.api_key, timeout=30) as client:
+        info = await client.info()
+    return {"model": info.model, "build": info.build, "model_family": info.model_family, "device": info.devices,
+            "serves": {"in": list(info.input_modalities), "out": list(info.output_modalities)}}
+
+
+async def sweep(args: argparse.Namespace) -> dict[str, Any]:
+    result = provenance(args.api, args.addr)
+    result |= {"output_tokens": args.output_tokens, "workloads": {}, "skipped": {}}
+    if args.api == "grpc":
+        result |= await deployment(args)
+        driver = GrpcDriver(args.addr, args.api_key, args.output_tokens)
+    else:
+        result["device"] = "not reported by the OpenAI API"
+        driver = OpenAIDriver(base_url(args.addr), args.api_key, args.output_tokens, args.model_name)
+        result["model"] = await driver.model_name()
+    try:
+        for name in args.workloads:
+            needs = NEEDS[name]
+            if "serves" in result and (needs[0] not in result["serves"]["in"]
+                                       or needs[1] not in result["serves"]["out"]):
+                result["skipped"][name] = f"the deployment serves {result['serves']}; {name} needs {needs}"
+                continue
+            try:
+                result["workloads"][name] = await run_workload(args, driver, name)
+            except Refused as err:
+                result["skipped"][name] = str(err)
+    finally:
+        await driver.close()
+    return result
+
+
+async def run_workload(args: argparse.Namespace, driver: GrpcDriver | OpenAIDriver, name: str) -> list[dict]:
+    make = WORKLOADS[name]
+
+    async def one(index: int, rec: Any) -> None:
+        await driver.send(make(index), rec)
+
+    levels, first_index = [], 0
+    for c in args.concurrency:
+        measured = max(args.min_measured, args.measured_per_stream * c)
+        records = await closed_loop(one, c, measured, first_index)
+        first_index += len(records)
+        level = summarize(records, c)
+        levels.append(level)
+        print(f"{name} c={c}: {level['output_tok_s']:.1f} tok/s, TTFT p50 {level['ttft_ms_p50']:.1f} ms "
+              f"p99 {level['ttft_ms_p99']:.1f} ms, ITL p50 {_ms(level['itl_ms_p50'])}", file=sys.stderr, flush=True)
+    return levels
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.api == "openai" and importlib.util.find_spec("openai") is None:  # a test extra, not a dependency
+        print("omnimesh bench --api openai: needs the openai package (pip install openai)", file=sys.stderr)
+        return 2
+    try:
+        result = asyncio.run(sweep(args))
+    except (OmnimeshError, RuntimeError, OSError) as err:
+        print(f"omnimesh bench: {err}", file=sys.stderr)
+        return 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    picture = plot(result, args.out.with_suffix(".png"))
+    print(f"wrote {args.out}" + (f" and {picture}" if picture else " (no plot: matplotlib is not installed)"),
+          file=sys.stderr)
+    return 0
