@@ -36,6 +36,8 @@ import grpc  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
+from bench.moe_routing import ROUTING_MODES  # noqa: E402
+from bench.talker.balanced_checkpoint import checkpoint_routing  # noqa: E402
 from bench.talker.random_checkpoint import (checkpoint_bytes, real_speech_config,  # noqa: E402
                                             write_random_speech_checkpoint)
 from bench.talker.hf_speech_baseline import hf_speech  # noqa: E402
@@ -218,6 +220,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="measured requests per level at least (default 10 x concurrency; 2 x with --tiny)")
     p.add_argument("--min-seconds", type=float, default=30.0,
                    help="the measured phase lasts at least this long (0 with --tiny)")
+    p.add_argument("--routing", choices=ROUTING_MODES, default="balanced",
+                   help="with --random-weights: balanced (default) calibrates the talker's routers to spread a batch "
+                        "as a trained model's do (bench/talker/balance.py); native serves the drawn ones")
     p.add_argument("--voice", default="ethan")
     p.add_argument("--speech", nargs="+", type=speech_variant, default=[{}], metavar="KEY=VALUE[,KEY=VALUE]",
                    help="the talker's speech settings (the config's defaults where unset); several: a mesh each, on "
@@ -262,6 +267,10 @@ def mesh_stages(args: argparse.Namespace, speech: dict[str, Any]) -> tuple[dict[
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     checkpoint = write_random_checkpoint(args) if args.random_weights else None
+    routed = None
+    if checkpoint:  # before the mesh loads the checkpoint: a balanced run serves the calibrated talker routers
+        routed = checkpoint_routing(checkpoint.dir, args.routing, args.talker_device, getattr(torch, args.dtype),
+                                    args.concurrency, 4 if args.tiny else 16)
     model_dir = checkpoint.dir if checkpoint else resolve_model(args.model or "demo")
     workdir = Path(tempfile.mkdtemp(prefix="bench-speech-"))
     mesh_log = args.out.with_suffix(".mesh.log")  # beside the result: it comes back from the GPU machine with it
@@ -301,6 +310,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if checkpoint:
         result["checkpoint"] = {"bytes": checkpoint.bytes, "write_s": checkpoint.write_s,
                                 "dims": "demo" if args.tiny else "released"}
+        result["routing"], result["routing_calibration"] = routed["routing"], routed["calibration"]
     # written before the baseline runs, so a run cut short by a time limit still leaves the mesh's numbers
     args.out.write_text(json.dumps(result, indent=1))
     if args.hf_requests:

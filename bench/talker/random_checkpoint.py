@@ -91,6 +91,11 @@ def _talker_lm_specs(name: str, shape: tuple[int, ...]) -> list[TensorSpec]:
             for e in range(num_experts) for part in ("gate", "up")]
 
 
+def talker_router_name(layer: int) -> str:
+    """The checkpoint name of a talker layer's router."""
+    return _talker_lm_specs(f"layers.{layer}.mlp.gate.weight", ())[0].name
+
+
 def _predictor_name(name: str) -> str:
     return "talker.code_predictor." + (name if name.startswith("lm_head.") else "model." + name)
 

@@ -120,5 +120,20 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> int:
     return offset
 
 
+def overwrite_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Writes `tensors` over the same-named ones of an existing safetensors file, in place: each must match the
+    stored dtype and shape (a calibration that changes weight values, not the layout)."""
+    with open(path, "r+b") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+        for name, t in tensors.items():
+            entry = header[name]
+            if entry["dtype"] != _DTYPES[t.dtype] or entry["shape"] != list(t.shape):
+                raise ValueError(f"{path.name}:{name} is {entry['dtype']}{entry['shape']}, not "
+                                 f"{_DTYPES[t.dtype]}{list(t.shape)}")
+            f.seek(8 + size + entry["data_offsets"][0])
+            f.write(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().data)
+
+
 _DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.int64: "I64",
            torch.int32: "I32"}

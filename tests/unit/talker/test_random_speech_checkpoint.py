@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from bench.moe_routing import validate_routing_record
 from bench.talker.bench_speech_mesh import RANDOM_WEIGHTS_MAX_FRAMES, mesh_stages, parse_args, write_random_checkpoint
 from bench.talker.bench_speech_mesh import main as bench_main
 from bench.talker.random_checkpoint import (checkpoint_bytes, real_speech_config, speech_checkpoint_specs,
@@ -136,6 +137,35 @@ def test_tiny_random_weight_mesh_run(tmp_path: Path) -> None:
     assert result["device_names"]["talker"] and result["flags"]["random_weights"] is True
     assert [lv["concurrency"] for lv in result["levels"]] == [1, 2]
     assert all(lv["audio_s_per_s"] > 0 for lv in result["levels"])
+    validate_routing_record(result["routing"])  # balanced by default: the talker's routers calibrated before serving
+    assert result["routing"]["mode"] == "balanced" and result["routing_calibration"]["tokens_per_router_pass"] > 0
+    assert sorted(result["routing"]["experts_touched"]) == ["1", "2"]
+
+
+def test_calibrated_routers_are_written_over_the_drawn_ones(tmp_path: Path, demo_ckpt: Path) -> None:
+    """What the talker stage loads after checkpoint_routing("balanced") is the calibrated routers, and nothing else
+    in the checkpoint changed; a tensor of another shape is refused."""
+    from bench.talker.balanced_checkpoint import checkpoint_routing
+    from bench.talker.random_checkpoint import talker_router_name
+    from bench.thinker.random_model import overwrite_safetensors
+    from runtime.weights import load_component
+
+    ckpt = tmp_path / "ckpt"
+    write_random_speech_checkpoint(ckpt, "cpu", DTYPE, seed=5, config=demo_config(), template_dir=demo_ckpt)
+    before = {k: t.clone() for k, t in load_component(ckpt, "talker.", "cpu", DTYPE).items()}  # off the mmap
+    done = checkpoint_routing(ckpt, "balanced", "cpu", DTYPE, [2], 2)
+    after = load_component(ckpt, "talker.", "cpu", DTYPE)
+    routers = {talker_router_name(i).removeprefix("talker.") for i in range(demo_config()["talker_config"]
+                                                                           ["text_config"]["num_hidden_layers"])}
+    assert done["calibration"] is not None and routers <= set(after)
+    assert all(not torch.equal(before[n], after[n]) for n in routers)
+    assert all(torch.equal(before[n], after[n]) for n in set(before) - routers)
+    shard = next(ckpt.glob("*.safetensors"))
+    with safe_open(str(shard), framework="pt") as f:
+        name = next(iter(f.keys()))
+        shape = f.get_tensor(name).shape
+    with pytest.raises(ValueError, match=name):
+        overwrite_safetensors(shard, {name: torch.zeros(*shape, 1)})
 
 
 def test_stage_devices_and_frame_cap_follow_the_flags() -> None:

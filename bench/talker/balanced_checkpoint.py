@@ -1,0 +1,50 @@
+"""Balanced routing for a mesh benchmark on random weights: the talker stage loads its routers from the checkpoint,
+so they are calibrated here (bench/talker/balance.py, the same two passes as bench_talker) and written back over the
+drawn ones before the mesh starts. The routing record is counted in this process on the calibrated weights, with
+bench_talker's prompts at each measured concurrency's batch: the mesh's own talker rows are conditioned on the
+thinker's states instead, which the record says."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.talker.bench_talker import calibrate_routing, routing
+from bench.talker.random_checkpoint import talker_router_name
+from bench.thinker.random_model import overwrite_safetensors
+from runtime.weights import INDEX_FILE
+from services.talker.model.load import TalkerModel, load_talker_model
+
+
+def checkpoint_routing(ckpt_dir: Path, mode: str, device: str, dtype: torch.dtype, batches: list[int],
+                       frames: int) -> dict[str, Any]:
+    """The routing record of the random checkpoint in `ckpt_dir`; with mode "balanced" its talker routers are first
+    calibrated, in place. -> {calibration (None when native), routing}."""
+    t0 = time.perf_counter()
+    model = load_talker_model(ckpt_dir, device, dtype)
+    model.lm.use_grouped_mm(device.startswith("cuda"))
+    with torch.no_grad():
+        calibration = calibrate_routing(model, max(batches), frames) if mode == "balanced" else None
+        record = routing(model, mode, batches, frames)
+    if calibration is not None:
+        _write_routers(model, ckpt_dir)
+        calibration["seconds"] = time.perf_counter() - t0
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the stages that load the checkpoint next run in other processes on this GPU
+    record["how"] += ("; counted in the benchmark process on bench_talker's prompts (the mesh's talker rows are "
+                      "conditioned on the thinker's states)")
+    return {"calibration": calibration, "routing": record}
+
+
+def _write_routers(model: TalkerModel, ckpt_dir: Path) -> None:
+    weight_map = json.loads((ckpt_dir / INDEX_FILE).read_text())["weight_map"]
+    by_shard: dict[str, dict[str, torch.Tensor]] = {}
+    for i, layer in enumerate(model.lm.layers):
+        name = talker_router_name(i)
+        by_shard.setdefault(weight_map[name], {})[name] = layer.mlp.gate.weight
+    for shard, tensors in by_shard.items():
+        overwrite_safetensors(ckpt_dir / shard, tensors)
