@@ -11,11 +11,12 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
+from runtime.engine.engine_loop import EngineLoop
 from services.talker import chunk_decoder as chunk_decoder_module
-from services.talker.engine import SpeechEngine
 from services.talker.job import SpeechJob
 from services.talker.model import code2wav_stream
 from services.talker.model.generate import TalkerRunner
+from services.talker.speech_core import SpeechCore
 
 
 class OpCounter(TorchFunctionMode):
@@ -87,16 +88,15 @@ Restore = list[tuple[object, str, object]]
 
 
 def instrument(runner: TalkerRunner, phases: Phases) -> Restore:
-    """Wraps the engine's, runner's and streams' steps in phase timers; returns what `undo` puts back.
+    """Wraps the core's, runner's and streams' steps in phase timers; returns what `undo` puts back.
 
-    Every engine iteration is one `iterate_other` call: its count is the number of iterations."""
+    Every engine iteration is one `iterate_other` call (SpeechCore.step): its count is the number of iterations."""
     assert runner.frames is not None
     patches: list[tuple[object, str, str]] = [
-        (SpeechEngine, "_iterate", "iterate_other"),
-        (SpeechEngine, "_has_work", "loop_other"), (SpeechEngine, "_update_gauges", "loop_other"),
-        (SpeechEngine, "_start_rows", "start_rows"), (SpeechEngine, "_step_rows", "step_rows_engine"),
-        (SpeechEngine, "_decode_chunks", "decode_launch"), (SpeechEngine, "_collect_audio", "audio_collect"),
-        (SpeechEngine, "_send", "send"),
+        (SpeechCore, "step", "iterate_other"), (EngineLoop, "_deliver", "send"),
+        (SpeechCore, "_start_rows", "start_rows"), (SpeechCore, "_step_rows", "step_rows_engine"),
+        (SpeechCore, "_decode_chunks", "decode_launch"), (SpeechCore, "_collect_audio", "audio_collect"),
+        (SpeechCore, "_send", "send"),
         (SpeechJob, "audio", "audio_chunk"), (SpeechJob, "finished", "finish"),
         (runner, "settle", "settle"), (runner, "step", "frame_step"), (runner, "_draw", "noise_draws"),
         (runner, "_noise", "noise_stack"), (runner.frames, "run", "frame_load"),
@@ -108,20 +108,23 @@ def instrument(runner: TalkerRunner, phases: Phases) -> Restore:
         own = getattr(owner, "__dict__", {})
         restore.append((owner, attr, own[attr] if attr in own else None))  # None: an instance's, from its class
         setattr(owner, attr, phases.wrap(name, getattr(owner, attr)))
-    drain = SpeechEngine.__dict__["_drain_commands"]
+    has_work = SpeechCore.__dict__["has_work"]
+    restore.append((SpeechCore, "has_work", has_work))
+    SpeechCore.has_work = property(phases.wrap("loop_other", has_work.fget))  # type: ignore[method-assign]
+    drain = EngineLoop.__dict__["_drain"]
     timed_drain = phases.wrap("commands", drain)
 
-    def drain_commands(engine: SpeechEngine, block: bool) -> bool:
+    def drain_commands(loop: EngineLoop, block: bool) -> bool:
         if not block:
-            return timed_drain(engine, block)
+            return timed_drain(loop, block)
         phases.idle.set()  # waiting, not working: untimed (on the wall clock it would be the idle time)
         try:
-            return drain(engine, block)
+            return drain(loop, block)
         finally:
             phases.idle.clear()
 
-    restore.append((SpeechEngine, "_drain_commands", drain))
-    SpeechEngine._drain_commands = drain_commands  # type: ignore[method-assign]
+    restore.append((EngineLoop, "_drain", drain))
+    EngineLoop._drain = drain_commands  # type: ignore[method-assign]
     return restore
 
 

@@ -1,4 +1,4 @@
-"""Host time of one talker engine iteration, by phase: N requests through the real SpeechEngine and TalkerRunner.
+"""Host time of one talker engine iteration, by phase: N requests through the real SpeechCore (on EngineLoop) and TalkerRunner.
 
 On CPU (the default) the runner takes the fast path (FrameGraphs / PrefillGraphs buffers, Code2Wav graph
 bookkeeping) on the demo checkpoint, and its frame, prefill and Code2Wav forwards are stand-ins that cost no host
@@ -43,14 +43,15 @@ from bench.talker.engine_phases import Phases, instrument, undo  # noqa: E402
 from bench.talker.paced_talker import PacedTalker, paced_decoder, paced_runner  # noqa: E402
 from runtime.checkpoint import token_ids as T  # noqa: E402
 from runtime.config import SpeechConfig  # noqa: E402
+from runtime.engine.engine_loop import EngineLoop  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
-from services.talker.engine import SpeechEngine  # noqa: E402
 from services.talker.model.generate import TalkerRunner  # noqa: E402
 from services.talker.model.load import load_talker_model  # noqa: E402
 from services.talker.model.prompt import ASSISTANT_PREAMBLE, SpeechPrompt  # noqa: E402
 from services.talker.model.sampling import GREEDY, TalkerSampling  # noqa: E402
 from services.talker.model.state import TalkerState  # noqa: E402
 from services.talker.request import AudioOut, SpeakInput  # noqa: E402
+from services.talker.speech_core import MoreText, SpeechCore, TextEnd  # noqa: E402
 from services.talker.wire import to_pb  # noqa: E402
 
 log = logging.getLogger("profile_engine_host")
@@ -144,16 +145,16 @@ class LaunchProbe:
         self._since = None
 
 
-async def speak(engine: SpeechEngine, inp: SpeakInput, groups: int, audio_frames: list[int]) -> None:
-    async with engine.submit(inp) as handle:
-        handle.push_text(TEXT)
-        handle.end_text()
-        while isinstance(out := await handle.next(), AudioOut):
+async def speak(engine: EngineLoop, key: int, inp: SpeakInput, groups: int, audio_frames: list[int]) -> None:
+    async with engine.submit(key, inp, inp.request_id) as stream:
+        stream.send(MoreText(key, TEXT))
+        stream.send(TextEnd(key))
+        while isinstance(out := await stream.next(), AudioOut):
             to_pb(out, groups)  # what the servicer does with each chunk, on this (the asyncio) thread
             audio_frames[0] += out.num_frames
 
 
-async def drive(engine: SpeechEngine, rows: int, args: argparse.Namespace, voice: str,
+async def drive(engine: EngineLoop, rows: int, args: argparse.Namespace, voice: str,
                 groups: int) -> tuple[int, float, float]:  # fmt: skip
     """All requests at once; returns frames of audio received, wall seconds and the asyncio thread's CPU seconds."""
     audio_frames = [0]
@@ -161,7 +162,7 @@ async def drive(engine: SpeechEngine, rows: int, args: argparse.Namespace, voice
                          GREEDY if args.greedy else TalkerSampling(seed=i), args.frames, return_codes=False)
               for i in range(rows)]  # fmt: skip
     wall0, cpu0 = time.perf_counter(), time.thread_time()
-    await asyncio.gather(*(speak(engine, inp, groups, audio_frames) for inp in inputs))
+    await asyncio.gather(*(speak(engine, key, inp, groups, audio_frames) for key, inp in enumerate(inputs)))
     return audio_frames[0], time.perf_counter() - wall0, time.thread_time() - cpu0
 
 
@@ -171,9 +172,9 @@ def measure(setup: Setup, rows: int) -> list[dict[str, Any]]:
     speech = SpeechConfig(max_rows=rows, max_frames=args.frames, max_prompt_tokens=len(PROMPT),
                           frames_ahead=args.frames_ahead, decodes_in_flight=args.decodes_in_flight)
     runner, paced = setup.runner(rows, speech)
-    engine = SpeechEngine(runner, speech, frozenset({T.IM_END}))  # warms up before serving
+    engine = EngineLoop(SpeechCore(runner, speech, frozenset({T.IM_END})))  # warms up before serving
     if paced is not None:
-        paced_decoder(engine._chunks, paced.side)
+        paced_decoder(engine.core._chunks, paced.side)  # type: ignore[attr-defined]
     queue = paced.queue if paced is not None else None
     phases = Phases(time.thread_time if setup.paced else time.perf_counter, args.count_ops, args.profile is not None)
     probe = LaunchProbe(runner, phases)

@@ -10,10 +10,10 @@ import torch
 from omnimesh.v1 import common_pb2, talker_pb2_grpc
 from runtime.build_info import build_string
 from runtime.config import MeshConfig, SpeechConfig
+from runtime.engine.engine_loop import EngineLoop
 from runtime.server import StageServer
 from runtime.stage_device import stage_device
 from runtime.tokenizer import Tokenizer
-from services.talker.engine import SpeechEngine
 from services.talker.model.generate import TalkerRunner
 from services.talker.model.load import TalkerModel, load_talker_model
 from services.talker.model.prompt import ASSISTANT_PREAMBLE
@@ -21,6 +21,7 @@ from services.talker.prompt_check import PromptLimits
 from services.talker.request import SAMPLE_RATE
 from services.talker.service import TalkerService
 from services.talker.servicer import TalkerServicer
+from services.talker.speech_core import SpeechCore
 from services.talker.voices import voice_names
 from services.talker.wire import SpeakLimits
 
@@ -35,7 +36,7 @@ def build_talker_service(mesh: MeshConfig, model_dir: Path, server: StageServer)
     model = load_talker_model(model_dir, device=device, dtype=getattr(torch, stage.dtype))
     runner = build_runner(model, speech)
     thinker_eos = frozenset(Tokenizer.from_dir(model_dir).eos_token_ids) | {model.cfg.thinker_eos}
-    engine = SpeechEngine(runner, speech, thinker_eos, server.metrics)
+    engine = EngineLoop(SpeechCore(runner, speech, thinker_eos), server.metrics)  # warms up before serving
     log.info("talker: %d rows x %d positions, frames per chunk %d then %d (context %d), voices %s, on %s %s",
              speech.max_rows, runner.kv.capacity, speech.first_chunk_frames, speech.chunk_frames,
              speech.left_context_frames, voice_names(model.cfg), device, stage.dtype)

@@ -1,9 +1,7 @@
 """One Speak request inside the engine: text received so far, its talker row, its Code2Wav stream and its outputs."""
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -12,16 +10,6 @@ from services.talker.model.code2wav_stream import StreamingCode2Wav
 from services.talker.model.state import TalkerState
 from services.talker.request import SAMPLE_RATE, AudioOut, FinishedOut, SpeakInput, SpeechFinish
 
-Output = AudioOut | FinishedOut | BaseException  # what the engine hands a request's stream: the error ends it
-
-
-@dataclass(frozen=True)
-class Sink:
-    """Where a request's outputs go: `deliver`, to be called on `loop` (the engine batches its calls per loop)."""
-
-    loop: asyncio.AbstractEventLoop
-    deliver: Callable[[Output], None]
-
 
 @dataclass(eq=False)
 class SpeechJob:
@@ -29,7 +17,6 @@ class SpeechJob:
 
     job_id: int
     inp: SpeakInput
-    sink: Sink
     stream: StreamingCode2Wav
     text: list[int] = field(default_factory=list)  # thinker ids that arrived before the talker row started
     text_ended: bool = False

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import AsyncIterator
 
+from runtime.engine.engine_loop import EngineLoop
+from runtime.engine.request_stream import RequestStream
 from runtime.errors import OmniError, ResourceExhausted, Unavailable
 from runtime.metrics import Metrics
-from services.talker.engine import SpeechEngine
-from services.talker.handle import SpeechHandle
 from services.talker.request import AudioOut, FinishedOut, SpeakInput
+from services.talker.speech_core import MoreText, TextEnd
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +22,12 @@ TextFeed = AsyncIterator[list[int] | None]
 class TalkerService:
     """Submits a request to the engine, relays its text while it runs, and streams its audio back."""
 
-    def __init__(self, engine: SpeechEngine, metrics: Metrics, max_in_flight: int) -> None:
-        self.engine = engine
+    def __init__(self, engine: EngineLoop, metrics: Metrics, max_in_flight: int) -> None:
+        self.engine = engine  # running a SpeechCore
         self.metrics = metrics
         self.max_in_flight = max_in_flight  # rows + waiting queue: beyond it, back-pressure
         self._in_flight = 0
+        self._keys = itertools.count()
 
     async def speak(self, inp: SpeakInput, text: TextFeed) -> AsyncIterator[AudioOut | FinishedOut]:
         if self.engine.failure is not None:
@@ -40,11 +43,15 @@ class TalkerService:
             self._in_flight -= 1
 
     async def _speak(self, inp: SpeakInput, text: TextFeed) -> AsyncIterator[AudioOut | FinishedOut]:
-        async with self.engine.submit(inp) as handle:
-            relay = asyncio.create_task(_relay(text, handle))
+        stream: RequestStream[AudioOut | FinishedOut]
+        async with self.engine.submit(next(self._keys), inp, inp.request_id) as stream:
+            relay = asyncio.create_task(_relay(text, stream))
             try:
                 while True:
-                    out = await handle.next()
+                    out = await stream.next()
+                    assert out is not None  # no timeout: next() waits for an output
+                    if isinstance(out, FinishedOut):
+                        self.metrics.get("omnimesh_queue_time_seconds").observe(out.queue_seconds)
                     yield out
                     if isinstance(out, FinishedOut):
                         return
@@ -56,21 +63,21 @@ class TalkerService:
                 relay.add_done_callback(_retrieve)
 
 
-async def _relay(text: TextFeed, handle: SpeechHandle) -> None:
+async def _relay(text: TextFeed, stream: RequestStream) -> None:
     """Moves thinker ids from the request stream into the engine; a bad message fails the request."""
     try:
         async for item in text:
             if item is None:
-                handle.end_text()
-            else:
-                handle.push_text(item)
-        handle.end_text()  # a client that half-closes without text_end has no more text either
+                stream.send(TextEnd(stream.key))
+            elif item:
+                stream.send(MoreText(stream.key, list(item)))
+        stream.send(TextEnd(stream.key))  # a client that half-closes without text_end has no more text either
     except Exception as err:
-        if handle.done:
+        if stream.finished:
             return  # the request already ended (finished or cancelled): the RPC closing under the read is expected
         if not isinstance(err, OmniError):  # the request stream broke: end the request with it rather than lose it
             log.warning("reading the Speak request stream failed: %r", err)
-        handle.deliver(err)
+        stream.fail(err)
 
 
 def _retrieve(task: asyncio.Task) -> None:

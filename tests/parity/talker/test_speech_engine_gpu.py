@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from runtime.config import SpeechConfig
+from runtime.engine.engine_loop import EngineLoop
 from runtime.metrics import Metrics
 from services.talker.build import build_runner
-from services.talker.engine import SpeechEngine
 from services.talker.model.load import load_talker_model
 from services.talker.model.prompt import SpeechPrompt
 from services.talker.model.sampling import TalkerSampling
 from services.talker.request import AudioOut, SpeakInput
+from services.talker.speech_core import MoreText, SpeechCore, TextEnd
 from tests.parity.talker.talker_reference import text_prompt
 
 pytestmark = pytest.mark.gpu
@@ -30,20 +31,20 @@ SPEECH = SpeechConfig(max_rows=4, max_frames=FRAMES, max_prompt_tokens=32, first
 def _speak(demo_ckpt: Path, speech: SpeechConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(codes, samples) of one seeded request, and the priority of the engine thread's stream."""
     model = load_talker_model(demo_ckpt, "cuda", torch.bfloat16)
-    engine = SpeechEngine(build_runner(model, speech), speech, frozenset({model.cfg.thinker_eos}),
-                          Metrics("talker", "t"))
+    core = SpeechCore(build_runner(model, speech), speech, frozenset({model.cfg.thinker_eos}))
+    engine = EngineLoop(core, Metrics("talker", "t"))
     try:
-        with engine._frame_stream():
-            priority = torch.cuda.current_stream().priority
+        assert core.frame_stream is not None
+        priority = core.frame_stream.priority
 
         async def run() -> list[AudioOut]:
             inp = SpeakInput("r", SpeechPrompt(text_prompt([200, 300]), "ethan"), TalkerSampling(seed=3), FRAMES,
                              return_codes=True)
-            handle = engine.submit(inp)
-            handle.push_text(list(range(10, 30)))
-            handle.end_text()
+            stream = engine.submit(0, inp, "r")
+            stream.send(MoreText(0, list(range(10, 30))))
+            stream.send(TextEnd(0))
             chunks = []
-            while isinstance(out := await asyncio.wait_for(handle.next(), 60), AudioOut):
+            while isinstance(out := await asyncio.wait_for(stream.next(), 60), AudioOut):
                 chunks.append(out)
             return chunks
 

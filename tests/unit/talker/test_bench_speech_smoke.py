@@ -24,7 +24,7 @@ def test_tiny_run_writes_every_level(demo_ckpt: Path, tmp_path: Path) -> None:
     # the DEBUG timelines of both sides of every request: where a time to first audio went
     mesh_log = Path(result["mesh_log"]).read_text()
     gateway = re.findall(r"gateway gateway.speech .*speech: prompt built \+.* first audio \+.* end \+", mesh_log)
-    talker = re.findall(r"talker services.talker.engine .*: submitted .* after its call opened, "
+    talker = re.findall(r"talker services.talker.speech_core .*: submitted .* after its call opened, "
                         r"first thinker token \+.*, first audio \+", mesh_log)
     requests = sum(lv["requests"] for lv in result["levels"])
     assert len(gateway) >= requests and len(talker) >= requests

@@ -5,12 +5,12 @@ import json
 from pathlib import Path
 
 from bench.talker.profile_engine_host import main
-from services.talker.engine import SpeechEngine
+from services.talker.speech_core import SpeechCore
 
 
 def test_tiny_run_reports_every_phase(demo_ckpt: Path, tmp_path: Path) -> None:
     out = tmp_path / "host.json"
-    iterate = SpeechEngine.__dict__["_iterate"]
+    iterate = SpeechCore.__dict__["step"]
     main(["--model", str(demo_ckpt), "--rows", "1", "2", "--frames", "6", "--repeat", "2", "--count-ops",
           "--out", str(out)])
     results = json.loads(out.read_text())
@@ -20,7 +20,7 @@ def test_tiny_run_reports_every_phase(demo_ckpt: Path, tmp_path: Path) -> None:
         assert r["phases_us_per_iter"]["frame_step"] > 0 and r["phases_us_per_iter"]["decode_streams"] > 0
         assert r["device_busy_us_per_iter"] > 0 and r["engine_us_per_iter"] > r["engine_less_bulk_us_per_iter"]
         assert r["torch_calls_per_iter"] > r["pre_launch_torch_calls_per_frame"] > 0
-    assert SpeechEngine.__dict__["_iterate"] is iterate  # the phase timers are taken off again
+    assert SpeechCore.__dict__["step"] is iterate  # the phase timers are taken off again
 
 
 def test_decodes_left_in_flight_run_to_the_end(demo_ckpt: Path, tmp_path: Path) -> None:
