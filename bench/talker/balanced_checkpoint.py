@@ -1,8 +1,9 @@
-"""Balanced routing for a mesh benchmark on random weights: the talker stage loads its routers from the checkpoint,
-so they are calibrated here (bench/talker/balance.py, the same two passes as bench_talker) and written back over the
-drawn ones before the mesh starts. The routing record is counted in this process on the calibrated weights, with
-bench_talker's prompts at each measured concurrency's batch: the mesh's own talker rows are conditioned on the
-thinker's states instead, which the record says."""
+"""Balanced routing for a mesh benchmark on random weights: the stages load their routers from the checkpoint, so
+they are calibrated here, in the benchmark process, and written back over the drawn ones before the mesh starts:
+the thinker's routers and LM head as bench_thinker calibrates them (bench/thinker/balance.py), the talker's as
+bench_talker does (bench/talker/balance.py). The talker's routing record is counted in this process on the
+calibrated weights, with bench_talker's prompts at each measured concurrency's batch: the mesh's own talker rows
+are conditioned on the thinker's states instead, which the record says."""
 from __future__ import annotations
 
 import json
@@ -13,10 +14,15 @@ from typing import Any
 import torch
 
 from bench.talker.bench_talker import calibrate_routing, routing
+from bench.thinker.balance import balance_routing, write_calibrated
+from bench.thinker.workload import PromptMaker
 from bench.talker.random_checkpoint import talker_router_name
 from bench.thinker.random_model import overwrite_safetensors
 from runtime.weights import INDEX_FILE
 from services.talker.model.load import TalkerModel, load_talker_model
+from services.thinker.model import ThinkerLM
+
+THINKER_PROMPT_TOKENS = 64  # calibration prompts: the speech benchmark's questions are this short
 
 
 def checkpoint_routing(ckpt_dir: Path, mode: str, device: str, dtype: torch.dtype, batches: list[int],
@@ -48,3 +54,18 @@ def _write_routers(model: TalkerModel, ckpt_dir: Path) -> None:
         by_shard.setdefault(weight_map[name], {})[name] = layer.mlp.gate.weight
     for shard, tensors in by_shard.items():
         overwrite_safetensors(ckpt_dir / shard, tensors)
+
+
+def thinker_checkpoint_routing(ckpt_dir: Path, device: str, dtype: torch.dtype, prompts: int = 512, decoded: int = 64,
+                               decoded_tokens: int = 128) -> dict[str, Any]:
+    """Calibrates the thinker routers and LM head of the random checkpoint in `ckpt_dir` in place (the checkpoint
+    holds the demo tokenizer, which the calibration prompts use). -> what was done."""
+    model = ThinkerLM.load(ckpt_dir, device, dtype)
+    maker = PromptMaker(ckpt_dir, THINKER_PROMPT_TOKENS, "balanced")
+    with torch.no_grad():
+        done = balance_routing(model, maker, torch.device(device), dtype, prompts, decoded, decoded_tokens)
+    write_calibrated(model, ckpt_dir)
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return done

@@ -37,7 +37,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from bench.moe_routing import ROUTING_MODES  # noqa: E402
-from bench.talker.balanced_checkpoint import checkpoint_routing  # noqa: E402
+from bench.talker.balanced_checkpoint import checkpoint_routing, thinker_checkpoint_routing  # noqa: E402
 from bench.talker.random_checkpoint import (checkpoint_bytes, real_speech_config,  # noqa: E402
                                             write_random_speech_checkpoint)
 from bench.talker.hf_speech_baseline import hf_speech  # noqa: E402
@@ -267,10 +267,14 @@ def mesh_stages(args: argparse.Namespace, speech: dict[str, Any]) -> tuple[dict[
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     checkpoint = write_random_checkpoint(args) if args.random_weights else None
-    routed = None
-    if checkpoint:  # before the mesh loads the checkpoint: a balanced run serves the calibrated talker routers
-        routed = checkpoint_routing(checkpoint.dir, args.routing, args.talker_device, getattr(torch, args.dtype),
-                                    args.concurrency, 4 if args.tiny else 16)
+    routed = thinker_routed = None
+    if checkpoint:  # before the mesh loads the checkpoint: a balanced run serves calibrated routers
+        dtype = getattr(torch, args.dtype)
+        routed = checkpoint_routing(checkpoint.dir, args.routing, args.talker_device, dtype, args.concurrency,
+                                    4 if args.tiny else 16)
+        if args.routing == "balanced":
+            sizes = {"prompts": 16, "decoded": 4, "decoded_tokens": 8} if args.tiny else {}
+            thinker_routed = thinker_checkpoint_routing(checkpoint.dir, args.device, dtype, **sizes)
     model_dir = checkpoint.dir if checkpoint else resolve_model(args.model or "demo")
     workdir = Path(tempfile.mkdtemp(prefix="bench-speech-"))
     mesh_log = args.out.with_suffix(".mesh.log")  # beside the result: it comes back from the GPU machine with it
@@ -311,6 +315,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["checkpoint"] = {"bytes": checkpoint.bytes, "write_s": checkpoint.write_s,
                                 "dims": "demo" if args.tiny else "released"}
         result["routing"], result["routing_calibration"] = routed["routing"], routed["calibration"]
+        result["thinker_routing_calibration"] = thinker_routed
     # written before the baseline runs, so a run cut short by a time limit still leaves the mesh's numbers
     args.out.write_text(json.dumps(result, indent=1))
     if args.hf_requests:

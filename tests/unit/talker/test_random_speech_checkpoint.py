@@ -140,12 +140,13 @@ def test_tiny_random_weight_mesh_run(tmp_path: Path) -> None:
     validate_routing_record(result["routing"])  # balanced by default: the talker's routers calibrated before serving
     assert result["routing"]["mode"] == "balanced" and result["routing_calibration"]["tokens_per_router_pass"] > 0
     assert sorted(result["routing"]["experts_touched"]) == ["1", "2"]
+    assert result["thinker_routing_calibration"]["pass2_decoded_sequences"] == 4
 
 
 def test_calibrated_routers_are_written_over_the_drawn_ones(tmp_path: Path, demo_ckpt: Path) -> None:
-    """What the talker stage loads after checkpoint_routing("balanced") is the calibrated routers, and nothing else
-    in the checkpoint changed; a tensor of another shape is refused."""
-    from bench.talker.balanced_checkpoint import checkpoint_routing
+    """What the stages load after calibration is the calibrated routers (and the thinker's LM head), and nothing
+    else in the checkpoint changed; a tensor of another shape is refused."""
+    from bench.talker.balanced_checkpoint import checkpoint_routing, thinker_checkpoint_routing
     from bench.talker.random_checkpoint import talker_router_name
     from bench.thinker.random_model import overwrite_safetensors
     from runtime.weights import load_component
@@ -160,6 +161,11 @@ def test_calibrated_routers_are_written_over_the_drawn_ones(tmp_path: Path, demo
     assert done["calibration"] is not None and routers <= set(after)
     assert all(not torch.equal(before[n], after[n]) for n in routers)
     assert all(torch.equal(before[n], after[n]) for n in set(before) - routers)
+    thinker_before = {k: t.clone() for k, t in load_component(ckpt, "thinker.", "cpu", DTYPE).items()}
+    thinker_checkpoint_routing(ckpt, "cpu", DTYPE, prompts=8, decoded=2, decoded_tokens=4)
+    thinker_after = load_component(ckpt, "thinker.", "cpu", DTYPE)
+    changed = {n for n in thinker_before if not torch.equal(thinker_before[n], thinker_after[n])}
+    assert changed == {"lm_head.weight"} | {n for n in thinker_before if n.endswith(".mlp.gate.weight")}, changed
     shard = next(ckpt.glob("*.safetensors"))
     with safe_open(str(shard), framework="pt") as f:
         name = next(iter(f.keys()))
