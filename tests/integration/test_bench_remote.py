@@ -69,3 +69,9 @@ def test_an_unreachable_deployment_fails_naming_it(tmp_path: Path) -> None:
     run = subprocess.run([OMNIMESH, "bench", "--out", str(tmp_path / "x.json"), "--addr", "127.0.0.1:1",
                           "--api-key", "k"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and "UNAVAILABLE" in run.stderr and not (tmp_path / "x.json").exists()
+
+
+def test_an_unreachable_openai_server_fails_naming_it(tmp_path: Path) -> None:
+    run = subprocess.run([OMNIMESH, "bench", "--out", str(tmp_path / "x.json"), "--addr", "127.0.0.1:1",
+                          "--api", "openai"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "http://127.0.0.1:1/v1/models" in run.stderr, run.stderr

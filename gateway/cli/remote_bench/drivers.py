@@ -60,7 +60,10 @@ class OpenAIDriver:
     async def model_name(self) -> str:
         """`--model-name`, else the first model the server lists."""
         if not self.model:
-            self.model = (await self.client.models.list()).data[0].id
+            try:
+                self.model = (await self.client.models.list()).data[0].id
+            except self.openai.APIError as err:
+                raise RuntimeError(f"{self.client.base_url}models: {err}") from None
         return self.model
 
     async def send(self, request: Request, rec: Record) -> None:
