@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Callable
+from typing import NamedTuple
 
 from omnimesh.v1 import common_pb2
 from runtime.config import SamplingDefaults
@@ -17,6 +19,41 @@ MAX_STOP_TOKEN_IDS = 256
 SPEECH_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed", "max_tokens")
 _OPTIONAL = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed", "max_tokens",
              "presence_penalty", "frequency_penalty")
+
+
+class Rule(NamedTuple):
+    ok: Callable[[float], bool]
+    allowed: str  # what the error says is allowed
+
+
+# The one place a sampling value's range is written: the wire checks (thinker and talker, both stages' messages)
+# and TalkerSampling read it.
+RULES: dict[str, Rule] = {
+    "temperature": Rule(lambda v: v >= 0 and math.isfinite(v), "must be >= 0 (0 is greedy), not NaN or infinite"),
+    "top_k": Rule(lambda v: v >= 0, "must be >= 0 (0 disables)"),
+    "top_p": Rule(lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    "min_p": Rule(lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    "repetition_penalty": Rule(lambda v: v > 0 and math.isfinite(v), "must be > 0 (1 disables), not NaN or infinite"),
+    "presence_penalty": Rule(lambda v: -2 <= v <= 2, "must be in [-2, 2]"),
+    "frequency_penalty": Rule(lambda v: -2 <= v <= 2, "must be in [-2, 2]"),
+    "max_tokens": Rule(lambda v: v >= 1, "must be >= 1"),
+}
+
+
+def check_value(field: str, name: str, value: float, note: str = "") -> None:
+    """Raises InvalidArgument naming `field.name` when `value` breaks `RULES[name]` (`note`: what the unit is)."""
+    rule = RULES[name]
+    if not rule.ok(value):
+        raise InvalidArgument(f"{field}.{name}", f"is {value}; {rule.allowed}{note}")
+
+
+def refuse_unused(pb: common_pb2.SamplingParams, allowed: tuple[str, ...], field: str) -> None:
+    """The talker's sampling messages set only `allowed`: anything else has no meaning for codec codes and is
+    refused rather than ignored."""
+    unused = [n for n in _OPTIONAL if n not in allowed and pb.HasField(n)]
+    unused += [n for n in ("stop", "stop_token_ids", "logprobs", "top_logprobs", "ignore_eos") if getattr(pb, n)]
+    if unused:
+        raise InvalidArgument(f"{field}.{unused[0]}", f"is not used by the talker; set only {', '.join(allowed)}")
 
 
 def resolve_sampling(pb: common_pb2.SamplingParams, defaults: SamplingDefaults, field: str = "sampling",
@@ -34,17 +71,11 @@ def resolve_sampling(pb: common_pb2.SamplingParams, defaults: SamplingDefaults, 
     presence = get("presence_penalty", 0.0)
     frequency = get("frequency_penalty", 0.0)
     max_tokens = int(get("max_tokens", defaults.max_tokens))
+    for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
+                        ("repetition_penalty", repetition), ("presence_penalty", presence),
+                        ("frequency_penalty", frequency), ("max_tokens", max_tokens)):
+        check_value(field, name, value)
     checks = [
-        (temperature >= 0 and math.isfinite(temperature), "temperature",
-         f"is {temperature}; must be >= 0 (0 is greedy), not NaN or infinite"),
-        (top_k >= 0, "top_k", f"is {top_k}; must be >= 0 (0 disables)"),
-        (0 < top_p <= 1, "top_p", f"is {top_p}; must be in (0, 1]"),
-        (0 <= min_p <= 1, "min_p", f"is {min_p}; must be in [0, 1]"),
-        (repetition > 0 and math.isfinite(repetition), "repetition_penalty",
-         f"is {repetition}; must be > 0 (1 disables), not NaN or infinite"),
-        (-2 <= presence <= 2, "presence_penalty", f"is {presence}; must be in [-2, 2]"),
-        (-2 <= frequency <= 2, "frequency_penalty", f"is {frequency}; must be in [-2, 2]"),
-        (max_tokens >= 1, "max_tokens", f"is {max_tokens}; must be >= 1"),
         (pb.top_logprobs <= MAX_TOP_LOGPROBS, "top_logprobs", f"is {pb.top_logprobs}; must be <= {MAX_TOP_LOGPROBS}"),
         (len(pb.stop) <= MAX_STOP_STRINGS, "stop", f"has {len(pb.stop)} strings; at most {MAX_STOP_STRINGS}"),
         (all(pb.stop), "stop", "holds an empty string; stop strings must be non-empty"),
@@ -71,20 +102,10 @@ def resolve_sampling(pb: common_pb2.SamplingParams, defaults: SamplingDefaults, 
 def check_speech_sampling(pb: common_pb2.SamplingParams, field: str = "speech_sampling") -> None:
     """The fields a request sets on its speech's sampling, checked where it arrives, before any stream opens; unset
     fields take the talker's defaults (its config), which the talker checks itself."""
-    unused = [n for n in _OPTIONAL if n not in SPEECH_FIELDS and pb.HasField(n)]
-    unused += [n for n in ("stop", "stop_token_ids", "logprobs", "top_logprobs", "ignore_eos") if getattr(pb, n)]
-    if unused:
-        raise InvalidArgument(f"{field}.{unused[0]}", f"is not used by the talker; set only {', '.join(SPEECH_FIELDS)}")
-    checks = [
-        ("temperature", lambda v: v >= 0 and math.isfinite(v), "must be >= 0 (0 is greedy), not NaN or infinite"),
-        ("top_k", lambda v: v >= 0, "must be >= 0 (0 disables)"),
-        ("top_p", lambda v: 0 < v <= 1, "must be in (0, 1]"),
-        ("repetition_penalty", lambda v: v > 0 and math.isfinite(v), "must be > 0 (1 disables), not NaN or infinite"),
-        ("max_tokens", lambda v: v >= 1, "must be >= 1 (codec frames)"),
-    ]
-    for name, ok, rule in checks:
-        if pb.HasField(name) and not ok(getattr(pb, name)):
-            raise InvalidArgument(f"{field}.{name}", f"is {getattr(pb, name)}; {rule}")
+    refuse_unused(pb, SPEECH_FIELDS, field)
+    for name in SPEECH_FIELDS:
+        if name != "seed" and pb.HasField(name):
+            check_value(field, name, getattr(pb, name), " (codec frames)" if name == "max_tokens" else "")
 
 
 def sampling_to_pb(opts: SamplingOptions) -> common_pb2.SamplingParams:
