@@ -1,7 +1,9 @@
 """Qwen3-ASR through the whole mesh on loopback: `omnimesh up` starts only the audio and thinker stages, and
-`omnimesh chat --audio F` gives transformers' greedy transcription tokens; vision and speech are UNIMPLEMENTED."""
+`omnimesh chat --audio F` gives transformers' greedy transcription tokens; vision and speech are UNIMPLEMENTED;
+the HTTP front's /v1/audio/transcriptions (the openai package as client) answers through Transcribe."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import openai
@@ -80,7 +82,6 @@ def test_vision_and_speech_are_unimplemented_naming_what_is_served(addr: str, wa
 
 
 def transcribe_json(addr: str, *args: str) -> tuple[int, list[dict]]:
-    import json
     import subprocess
 
     out = subprocess.run([OMNIMESH, "transcribe", "--addr", addr, "--json", *args], capture_output=True, text=True,
@@ -204,3 +205,21 @@ def test_http_transcription_errors_name_the_openai_param(asr_api: openai.OpenAI,
     with pytest.raises(openai.BadRequestError) as caught:
         asr_api.audio.transcriptions.create(model="any", file=("clip.wav", b"not audio", "audio/wav"))
     assert caught.value.body["param"] == "file"
+
+
+def test_http_transcription_past_its_deadline_ends_in_an_error_event(addr: str, wav: Path) -> None:
+    from runtime.server import READY_PREFIX
+
+    front = start([OMNIMESH, "http", "--gateway-addr", addr, "--port", "0", "--timeout", "1.0"], READY_PREFIX,
+                  timeout=60)
+    try:
+        api = openai.OpenAI(api_key="none", base_url=f"http://127.0.0.1:{front.ports['http_port']}/v1",
+                            max_retries=0)
+        with api.audio.transcriptions.with_streaming_response.create(
+                model="any", file=("clip.wav", wav.read_bytes(), "audio/wav"), language="en", stream=True,
+                extra_body={"max_tokens": 900, "ignore_eos": True}) as answer:
+            events = [json.loads(line[6:]) for line in answer.iter_lines() if line.startswith("data: ")]
+        assert any(e.get("type") == "transcript.text.delta" for e in events)  # text came before the deadline
+        assert events[-1]["error"]["code"] == "deadline_exceeded"
+    finally:
+        assert front.stop() == 0
