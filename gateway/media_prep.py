@@ -32,6 +32,7 @@ class DecodedMedia:
     second_per_grid: float = 0.0
     samples: torch.Tensor | None = None  # audio, or the sound track of a video heard too: float32 16 kHz mono
     track_tokens: int = 0  # audio placeholders of a video's sound track (use_audio_in_video)
+    timestamps: tuple[float, ...] = ()  # Qwen3.5 video: each temporal patch's time; laid out one block per frame
 
     @property
     def with_track(self) -> bool:
@@ -125,18 +126,20 @@ class MediaPipeline:
             a = decode_audio(m.data, m.field, self._max_audio_seconds, self._audio_min_samples)
             return DecodedMedia("audio", m.field, a.token_count, a.content_hash, samples=torch.from_numpy(a.samples))
         assert self._vision_cfg is not None
+        timestamps: tuple[float, ...] = ()
         if m.kind == "image":
             d = decode_image(m.data, m.field, self._vision_cfg)
             second_per_grid = 0.0
         else:
             d = decode_video(m.data, m.field, self._vision_cfg)
-            second_per_grid = d.second_per_grid
+            second_per_grid, timestamps = d.second_per_grid, d.timestamps
         item = VisionItemInput(torch.from_numpy(d.frames), (d.grid.t, d.grid.h, d.grid.w), m.kind == "video")
         track: DecodedAudio | None = None
         if m.kind == "video" and use_audio_in_video:
             track = extract_video_audio(m.data, m.field, self._max_audio_seconds)  # None: a silent video
         if track is None:
-            return DecodedMedia(m.kind, m.field, d.num_tokens, d.content_hash, item, second_per_grid)
+            return DecodedMedia(m.kind, m.field, d.num_tokens, d.content_hash, item, second_per_grid,
+                                timestamps=timestamps)
         return DecodedMedia(m.kind, m.field, d.num_tokens, f"{d.content_hash}+{track.content_hash}", item,
                             second_per_grid, torch.from_numpy(track.samples), track.token_count)
 
@@ -165,17 +168,27 @@ class MediaPipeline:
 
 def thinker_media(spans: list[MediaSpan], decoded: list[DecodedMedia], encoded: list[EncodedMedia]
                   ) -> tuple[list[thinker_pb2.MediaSpan], dict[str, torch.Tensor]]:
-    """The thinker's media spans and the tensors named as its contract says ("media.<i>.embeddings", ...)."""
+    """The thinker's media spans and the tensors named as its contract says ("media.<i>.embeddings", ... for the i-th
+    span). An item laid out as several spans (a Qwen3.5 video, one per frame) gives each span its rows, in order, and
+    a one-frame grid."""
     pbs, tensors = [], {}
-    for span in spans:
+    rows_used: dict[int, int] = {}
+    for i, span in enumerate(spans):
         d, e = decoded[span.index], encoded[span.index]
+        first = rows_used.get(span.index, 0)
+        rows_used[span.index] = first + span.length
+        frame = slice(first, first + span.length)
+        grid = list(d.vision.grid_thw) if d.vision else []
+        content_hash = d.content_hash
+        if d.timestamps:
+            grid[0] = 1
+            content_hash = f"{d.content_hash}#{first // span.length}"
         pbs.append(thinker_pb2.MediaSpan(kind=_PB_KIND[span.kind], offset=span.start, length=span.length,
-                                         grid_thw=list(d.vision.grid_thw) if d.vision else [],
-                                         second_per_grid=d.second_per_grid, content_hash=d.content_hash,
+                                         grid_thw=grid, second_per_grid=d.second_per_grid, content_hash=content_hash,
                                          audio_length=d.track_tokens))
-        tensors[f"media.{span.index}.embeddings"] = e.embeddings
+        tensors[f"media.{i}.embeddings"] = e.embeddings if not d.timestamps else e.embeddings[frame]
         for k, level in enumerate(e.deepstack):
-            tensors[f"media.{span.index}.deepstack.{k}"] = level
+            tensors[f"media.{i}.deepstack.{k}"] = level if not d.timestamps else level[frame]
         if e.track is not None:
-            tensors[f"media.{span.index}.audio_embeddings"] = e.track
+            tensors[f"media.{i}.audio_embeddings"] = e.track
     return pbs, tensors

@@ -1,4 +1,5 @@
-"""Chat turns -> the thinker's prompt: chat template applied, media placeholders expanded (and interleaved)."""
+"""Chat turns -> the thinker's prompt: chat template applied, media placeholders expanded (and interleaved, or laid out
+one timestamped block per video frame for Qwen3.5)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +10,7 @@ from runtime.chat_template import load_chat_template
 from runtime.tokenizer import Tokenizer
 from gateway.chat_input import ChatInput
 from gateway.media_prep import DecodedMedia
+from gateway.video_frames import lay_out_frames
 
 
 class PromptBuilder:
@@ -37,6 +39,8 @@ class PromptBuilder:
                                   add_generation_prompt=not chat.continue_final,
                                   special_in_text=self.allow_special_tokens or chat.special_tokens,
                                   continue_final_message=chat.continue_final)
+        if any(d.timestamps for d in decoded):
+            return lay_out_frames(prompt, [d.timestamps for d in decoded], self.tokenizer)
         if not any(d.with_track for d in decoded):
             return prompt
         return self._interleave_tracks(prompt, decoded)

@@ -17,6 +17,15 @@ OMNI_VIDEO_MAX_PIXELS = 768 * 32 * 32
 DEFAULT_IMAGE_MIN_PIXELS = 56 * 56
 DEFAULT_IMAGE_MAX_PIXELS = 28 * 28 * 1280
 DEFAULT_VIDEO_FPS = 2.0
+# How a checkpoint's video processor samples, resizes and lays out a clip: Qwen2-VL's (Qwen3-Omni: fps-spaced frames,
+# per-frame pixel bounds) or Qwen3-VL's (Qwen3.5: evenly spread frames, one pixel budget for the whole clip, frames
+# laid out one per timestamped block).
+VIDEO_SAMPLINGS = ("qwen2_vl", "qwen3_vl")
+QWEN3_VL_VIDEO_PROCESSOR = "Qwen3VLVideoProcessor"
+# Qwen3VLVideoProcessor's class defaults, for keys its file leaves out.
+QWEN3_VL_VIDEO_MIN_PIXELS = 128 * 32 * 32
+QWEN3_VL_VIDEO_MAX_PIXELS = 32 * 32 * 768
+QWEN3_VL_MAX_TOKENS_PER_FRAME = 768
 
 
 @dataclass(frozen=True)
@@ -38,8 +47,13 @@ class VisionProcessingConfig:
     video_fps: float = DEFAULT_VIDEO_FPS
     video_min_frames: int = 4
     video_max_frames: int = 768
+    video_sampling: str = "qwen2_vl"  # one of VIDEO_SAMPLINGS; for "qwen3_vl" the video pixel bounds are per clip
+    video_cap_pixels_per_frame: bool = False  # qwen3_vl: cap each frame's share of the clip's budget (its option)
+    video_max_tokens_per_frame: int = QWEN3_VL_MAX_TOKENS_PER_FRAME  # that cap, in merged tokens per frame
 
     def __post_init__(self) -> None:
+        if self.video_sampling not in VIDEO_SAMPLINGS:
+            raise ValueError(f"video_sampling={self.video_sampling!r} must be one of {VIDEO_SAMPLINGS}")
         for name in ("patch_size", "temporal_patch_size", "merge_size", "video_min_frames", "video_max_frames"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
@@ -80,6 +94,10 @@ class VisionProcessingConfig:
         image_mean = _triple(image.get("image_mean", defaults.image_mean))
         image_std = _triple(image.get("image_std", defaults.image_std))
         fps = video.get("fps")
+        qwen3_vl = video.get("video_processor_type") == QWEN3_VL_VIDEO_PROCESSOR
+        # Qwen3-Omni's processor overrides its video file's bounds on every call; Qwen3-VL's takes them from the file
+        video_min, video_max = (_pixel_bounds(video, QWEN3_VL_VIDEO_MIN_PIXELS, QWEN3_VL_VIDEO_MAX_PIXELS) if qwen3_vl
+                                else (OMNI_VIDEO_MIN_PIXELS, OMNI_VIDEO_MAX_PIXELS))
         return cls(
             patch_size=int(image.get("patch_size", defaults.patch_size)),
             temporal_patch_size=int(image.get("temporal_patch_size", defaults.temporal_patch_size)),
@@ -89,13 +107,16 @@ class VisionProcessingConfig:
             image_mean=image_mean,
             image_std=image_std,
             rescale_factor=float(image.get("rescale_factor", defaults.rescale_factor)),
-            video_min_pixels=OMNI_VIDEO_MIN_PIXELS,
-            video_max_pixels=OMNI_VIDEO_MAX_PIXELS,
+            video_min_pixels=video_min,
+            video_max_pixels=video_max,
             video_mean=_triple(video.get("image_mean", image_mean)),
             video_std=_triple(video.get("image_std", image_std)),
             video_fps=float(fps) if fps is not None else DEFAULT_VIDEO_FPS,
             video_min_frames=int(video.get("min_frames", defaults.video_min_frames)),
             video_max_frames=int(video.get("max_frames", defaults.video_max_frames)),
+            video_sampling="qwen3_vl" if qwen3_vl else "qwen2_vl",
+            video_cap_pixels_per_frame=bool(video.get("cap_pixels_per_frame") or False),
+            video_max_tokens_per_frame=int(video.get("max_video_tokens", QWEN3_VL_MAX_TOKENS_PER_FRAME)),
         )
 
     @classmethod

@@ -14,7 +14,8 @@ import soundfile as sf
 
 from runtime.errors import InvalidArgument
 from gateway.media.audio import TARGET_RATE
-from gateway.media.vision import VisionMediaConfig, duration_seconds, open_image, open_video, target_size
+from gateway.media.vision import (VisionMediaConfig, duration_seconds, open_image, open_video, target_size,
+                                  video_size)
 
 RGB, RGBA, FLOAT32 = 3, 4, 4
 COPIES = 2  # decoded frames are listed then stacked, samples decoded then resampled: two live at the peak
@@ -28,19 +29,25 @@ def image_bytes(data: bytes, field: str, cfg: VisionMediaConfig) -> int:
 
 
 def video_bytes(data: bytes, field: str, cfg: VisionMediaConfig) -> int:
-    worst = cfg.video_max_frames * cfg.video_max_pixels * RGB * COPIES + cfg.max_video_frame_pixels * RGBA
+    # qwen3_vl's pixel maximum is the whole clip's; qwen2_vl's is each frame's
+    clip_pixels = cfg.video_max_pixels * (1 if cfg.video_sampling == "qwen3_vl" else cfg.video_max_frames)
+    worst = clip_pixels * RGB * COPIES + cfg.max_video_frame_pixels * RGBA
     try:
         with open_video(data, field) as container:
             if not container.streams.video:
                 return worst
             stream = container.streams.video[0]
             width, height = stream.codec_context.width, stream.codec_context.height
-            size = target_size(field, height, width, cfg, video=True)
             seconds = duration_seconds(stream)
+            frames = max(1, cfg.video_max_frames if seconds is None
+                         else min(math.ceil(seconds * cfg.video_fps), cfg.video_max_frames))
+            # qwen3_vl samples at least video_min_frames and sizes the clip by its frame count
+            if cfg.video_sampling == "qwen3_vl":
+                frames = max(frames, cfg.video_min_frames)
+            size = video_size(field, height, width, frames, cfg)
     except (InvalidArgument, av.FFmpegError, ValueError, ZeroDivisionError, AttributeError):
         return worst
-    frames = cfg.video_max_frames if seconds is None else min(math.ceil(seconds * cfg.video_fps), cfg.video_max_frames)
-    return max(frames, 1) * size.height * size.width * RGB * COPIES + width * height * RGBA
+    return frames * size.height * size.width * RGB * COPIES + width * height * RGBA
 
 
 def audio_bytes(data: bytes, max_seconds: float) -> int:

@@ -18,12 +18,13 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from runtime.errors import InvalidArgument
+from gateway.media import qwen3_vl_video
 from gateway.media.frame_sampling import count_frames, reference_frame_indices
+from gateway.media.sizes import MAX_ASPECT_RATIO, Size
 
 IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
 # PyAV names demuxers by comma-joined aliases ("mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm").
 VIDEO_FORMATS = ("mp4", "mov", "webm", "matroska")
-MAX_ASPECT_RATIO = 200  # the reference smart_resize refuses anything longer
 # More frames a second than this, counted against the header's duration, is a lying header (a 20 s clip holding
 # 600,000 frames decoded for 15 s); slow-motion phone video records at 240.
 MAX_SOURCE_FPS = 480
@@ -42,6 +43,9 @@ class ProcessingSettings(Protocol):
     video_fps: float
     video_min_frames: int
     video_max_frames: int
+    video_sampling: str
+    video_cap_pixels_per_frame: bool
+    video_max_tokens_per_frame: int
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,11 @@ class VisionMediaConfig:
     video_fps: float = 2.0
     video_min_frames: int = 4  # the reference samples at least this many frames from a short clip
     video_max_frames: int = 768
+    # "qwen2_vl" (Qwen3-Omni) or "qwen3_vl" (Qwen3.5: frames spread evenly, one pixel budget for the whole clip in
+    # video_min/max_pixels, each temporal patch timestamped); see runtime/vision_processing.py
+    video_sampling: str = "qwen2_vl"
+    video_cap_pixels_per_frame: bool = False
+    video_max_tokens_per_frame: int = 768
     max_image_pixels: int = 64 * 1024 * 1024  # decoded canvas cap, checked from the header
     max_video_frame_pixels: int = 4096 * 4096
 
@@ -87,6 +96,9 @@ class VisionMediaConfig:
             video_fps=settings.video_fps,
             video_min_frames=settings.video_min_frames,
             video_max_frames=settings.video_max_frames,
+            video_sampling=settings.video_sampling,
+            video_cap_pixels_per_frame=settings.video_cap_pixels_per_frame,
+            video_max_tokens_per_frame=settings.video_max_tokens_per_frame,
             **caps,
         )
 
@@ -97,11 +109,6 @@ class MediaGrid(NamedTuple):
     t: int
     h: int
     w: int
-
-
-class Size(NamedTuple):
-    height: int
-    width: int
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,7 @@ class DecodedVideo:
     fps: float
     second_per_grid: float  # seconds one temporal patch spans: temporal_patch_size / fps
     content_hash: str
+    timestamps: tuple[float, ...] = ()  # qwen3_vl sampling: each temporal patch's time in the source, in seconds
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> Size:
@@ -144,6 +152,21 @@ def target_size(field: str, height: int, width: int, cfg: VisionMediaConfig, vid
         return smart_resize(height, width, cfg.factor, lo, hi)
     except ValueError as err:
         raise InvalidArgument(field, f"{width}x{height} cannot be used: {err}; crop it closer to square") from None
+
+
+def video_size(field: str, height: int, width: int, num_frames: int, cfg: VisionMediaConfig) -> Size:
+    """Frames of a clip of `num_frames` sampled frames are resized to this: per frame (qwen2_vl, which does not read
+    `num_frames`), or with one budget for the whole clip (qwen3_vl)."""
+    if cfg.video_sampling != "qwen3_vl":
+        return target_size(field, height, width, cfg, video=True)
+    budget = qwen3_vl_video.clip_pixel_budget(num_frames, cfg.factor, cfg.video_min_pixels, cfg.video_max_pixels,
+                                              cfg.video_cap_pixels_per_frame, cfg.video_max_tokens_per_frame)
+    try:
+        return qwen3_vl_video.clip_size(num_frames, height, width, cfg.temporal_patch_size, cfg.factor,
+                                        cfg.video_min_pixels, budget)
+    except ValueError as err:
+        raise InvalidArgument(field, f"{width}x{height} with {num_frames} sampled frames cannot be used: {err}; send "
+                              "a longer clip, or crop it closer to square") from None
 
 
 def content_hash(data: bytes, *params: object) -> str:
@@ -260,9 +283,10 @@ def frame_cap_message(cfg: VisionMediaConfig) -> str:
 class VideoPlan(NamedTuple):
     """What a video's header and packets say before any frame is decoded."""
 
-    size: Size  # frames resized to this (`smart_resize`, video bounds)
+    size: Size  # frames resized to this (`video_size`)
     total: int  # frames counted in the first video stream
     keep: list[int]  # the frame indices the reference processor samples
+    source_fps: float  # the stream's frame rate (what timestamps are computed from)
 
 
 def plan_video(container: av.container.InputContainer, data: bytes, field: str, cfg: VisionMediaConfig) -> VideoPlan:
@@ -271,16 +295,23 @@ def plan_video(container: av.container.InputContainer, data: bytes, field: str, 
         raise InvalidArgument(field, "has no video stream; send a video with frames")
     stream = container.streams.video[0]
     check_video_stream(stream, field, cfg)
-    size = target_size(field, stream.codec_context.height, stream.codec_context.width, cfg, video=True)
+    height, width = stream.codec_context.height, stream.codec_context.width
+    qwen3_vl = cfg.video_sampling == "qwen3_vl"
+    size = None if qwen3_vl else video_size(field, height, width, 0, cfg)  # qwen3_vl: sized once sampled, below
     total = count_frames(data)
     check_frame_rate(total, duration_seconds(stream), field)
     rate = stream.average_rate or stream.guessed_rate
     source_fps = float(rate) if rate else total / max(duration_seconds(stream) or 1.0, 1e-6)
     if math.ceil(total / source_fps * cfg.video_fps - 1e-6) > cfg.video_max_frames:
         raise InvalidArgument(field, frame_cap_message(cfg))
+    if size is None:
+        keep = qwen3_vl_video.frame_indices(total, source_fps, cfg.video_fps, cfg.video_min_frames,
+                                            cfg.video_max_frames)
+        return VideoPlan(video_size(field, height, width, len(keep), cfg), total, keep, source_fps)
     wanted = reference_frame_indices(total, source_fps, cfg.video_fps, cfg.video_min_frames,
                                      cfg.video_max_frames, cfg.temporal_patch_size)
-    return VideoPlan(size, total, list(range(total)) if wanted is None else wanted)  # under one patch: every frame
+    # under one patch: every frame
+    return VideoPlan(size, total, list(range(total)) if wanted is None else wanted, source_fps)
 
 
 def video_tokens(data: bytes, field: str, cfg: VisionMediaConfig) -> int:
@@ -300,11 +331,12 @@ def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVide
     """MP4 / WebM / MKV bytes -> the frames the reference processor samples at `cfg.video_fps`, resized with
     `smart_resize` (video bounds)."""
     with open_video(data, field) as container:
-        size, total, keep_list = plan_video(container, data, field, cfg)
+        size, total, keep_list, source_fps = plan_video(container, data, field, cfg)
         keep = set(keep_list)
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"  # frame- and slice-threaded decoding where the codec allows it
         selected: list[np.ndarray] = []
+        decoded: list[int] = []  # the source index of each selected frame (a damaged stream may lose some)
         try:
             for index, frame in enumerate(container.decode(stream)):
                 if index >= total:  # frames past those counted (a header that undercounts them) are never decoded
@@ -312,6 +344,7 @@ def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVide
                 if index in keep:
                     im = frame.to_image().resize((size.width, size.height), Image.Resampling.BICUBIC)
                     selected.append(np.asarray(im, dtype=np.uint8))
+                    decoded.append(index)
         except av.FFmpegError:
             raise InvalidArgument(field, "is a damaged video that cannot be decoded") from None
     if not selected:
@@ -326,4 +359,6 @@ def decode_video(data: bytes, field: str, cfg: VisionMediaConfig) -> DecodedVide
         fps=cfg.video_fps,
         second_per_grid=cfg.temporal_patch_size / cfg.video_fps,
         content_hash=content_hash(data, "video", size, cfg.video_fps),
+        timestamps=(qwen3_vl_video.patch_timestamps(decoded, source_fps, cfg.temporal_patch_size)
+                    if cfg.video_sampling == "qwen3_vl" else ()),
     )

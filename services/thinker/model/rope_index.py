@@ -59,7 +59,7 @@ def prompt_positions(token_ids: list[int], spans: list[MediaSpanGrid], cfg: Thin
     pad_ids = {cfg.image_token_id, cfg.video_token_id, cfg.audio_token_id}
     while i < len(token_ids):
         span = spans[span_index] if span_index < len(spans) else None
-        if span is not None and token_ids[i] == _start_token(span, cfg):
+        if span is not None and _opens_span(token_ids, i, span, cfg):
             i, next_pos = _place_span(token_ids, i, span, span_index, next_pos, cfg, columns)
             span_index += 1
             continue
@@ -79,8 +79,15 @@ def prompt_positions(token_ids: list[int], spans: list[MediaSpanGrid], cfg: Thin
     return PromptPositions(positions, max_pos + 1 - len(token_ids))
 
 
-def _start_token(span: MediaSpanGrid, cfg: ThinkerConfig) -> int:
-    return cfg.audio_start_token_id if span.kind == MediaKind.AUDIO else cfg.vision_start_token_id
+def _opens_span(token_ids: list[int], i: int, span: MediaSpanGrid, cfg: ThinkerConfig) -> bool:
+    """Whether the span starts at token i: its start token, not followed by plain text. A start token before plain
+    text is text itself: a Qwen3.5 video's outer `<|vision_start|>` precedes its first frame's timestamp."""
+    start = cfg.audio_start_token_id if span.kind == MediaKind.AUDIO else cfg.vision_start_token_id
+    if token_ids[i] != start:
+        return False
+    markup = {cfg.image_token_id, cfg.video_token_id, cfg.audio_token_id, cfg.vision_start_token_id,
+              cfg.vision_end_token_id, cfg.audio_start_token_id, cfg.audio_end_token_id}
+    return i + 1 == len(token_ids) or token_ids[i + 1] in markup
 
 
 def _place_span(
