@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from runtime.attention import AttentionContext
+from runtime.graph_capture import GraphCapture
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class StepGraphs:
         self._copied: torch.cuda.Event | None = None
         self.decode = {n: self._views(k, n, b) for k, n, b in shapes if k == "decode"}
         self.prefill = {n: self._views(k, n, b) for k, n, b in shapes if k == "prefill"}
-        self.pool = None
+        self._capturer: GraphCapture | None = None  # made at capture: its memory pool is CUDA's
         self.replays: dict[str, int] = {}  # "kind:size" -> steps run on that graph
 
     def _views(self, kind: str, n: int, b: int) -> StepGraph:
@@ -184,7 +185,7 @@ class StepGraphs:
         if not self.capture_graphs:
             return []
         records = []
-        self.pool = torch.cuda.graph_pool_handle()
+        self._capturer = GraphCapture(self.device)  # two warm-ups: Triton compiles, cuBLAS sizes its workspaces
         order = sorted(self.graphs, key=lambda g: (g.kind == "decode", -g.num_tokens))
         for g in order:
             records.append(self._capture_one(g))
@@ -196,16 +197,8 @@ class StepGraphs:
         reserved = torch.cuda.memory_reserved(self.device)
         empty = torch.empty(3, 0, dtype=torch.int64)
         self.prepare(g, [], empty, [], [], [])  # all padding: warm-up and capture write only the scratch block
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):  # compiles the Triton kernels and sizes cuBLAS workspaces outside the capture
-                self.forward(g.ids, g.positions, g.ctx)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            g.hidden = self.forward(g.ids, g.positions, g.ctx)
-        g.graph = graph
+        assert self._capturer is not None
+        g.graph, g.hidden = self._capturer.capture(lambda: self.forward(g.ids, g.positions, g.ctx))
         torch.cuda.synchronize()
         used = torch.cuda.memory_reserved(self.device) - reserved
         return CaptureRecord(g.kind, g.num_tokens, time.perf_counter() - t0, used)

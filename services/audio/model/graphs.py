@@ -16,6 +16,7 @@ import torch
 
 from services.audio.model.config import AudioEncoderConfig
 from services.audio.model.plan import AudioBatchPlan, bucket_chunks, bucket_key, plan_bucketed
+from runtime.graph_capture import GraphCapture
 from runtime.transfer import to_device
 from services.audio.transfer import StagedTensors
 
@@ -48,7 +49,7 @@ class CudaGraphs:
         self.graphs: OrderedDict[tuple[int, ...], _Graph] = OrderedDict()
         self.captures = 0
         self.replays = 0
-        self._pool: tuple[int, int] | None = None
+        self._capturer: GraphCapture | None = None  # made at the first capture: its memory pool is CUDA's
 
     def fits(self, frame_counts: list[int]) -> bool:
         return bucket_chunks(bucket_key(frame_counts, self.config.chunk_frames)) <= self.max_chunks
@@ -74,22 +75,16 @@ class CudaGraphs:
 
     def _capture(self, forward: Forward, key: tuple[int, ...], plan: AudioBatchPlan, device: torch.device,
                  dtype: torch.dtype) -> _Graph:
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+        if self._capturer is None:
+            # one warm-up (cuBLAS/cuDNN pick kernels, make workspaces); thread-local: another thread's CUDA work
+            # (the log-mel front end, another stage) must not void the capture
+            self._capturer = GraphCapture(device, warmups=1, thread_local=True)
         while len(self.graphs) >= self.max_graphs:
             self.graphs.popitem(last=False)
         staged = StagedTensors(plan.tensors(dtype), device)
         static_plan = plan.with_tensors(staged.views)
         mel = torch.zeros(plan.zero_frame + 1, self.config.num_mel_bins, device=device, dtype=dtype)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):  # warm-up off the capture: cuBLAS/cuDNN pick kernels, make workspaces
-            forward(mel, static_plan)
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: another thread's CUDA work (the log-mel front end, another stage) must not void the capture
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            out = forward(mel, static_plan)
+        graph, out = self._capturer.capture(lambda: forward(mel, static_plan))
         entry = _Graph(graph, mel, staged, out)
         self.graphs[key] = entry
         self.captures += 1

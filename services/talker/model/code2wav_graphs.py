@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 import torch
 
+from runtime.graph_capture import GraphCapture
+
 if TYPE_CHECKING:
     from services.talker.model.code2wav import Code2Wav, StreamStep
 
@@ -84,11 +86,13 @@ class Code2WavGraphs:
             raise ValueError(f"Code2Wav graphs max_graphs={max_graphs}: must be >= 1")
         self.model = model
         self.buckets = batch_buckets(max_batch)
-        self.max_graphs, self.capture = max_graphs, capture
+        self.max_graphs = max_graphs
         self.entries: OrderedDict[GraphKey, _Entry] = OrderedDict()
         # the window cache inputs depend on the bucket only: graphs replay one at a time, so they share them
         self._window_inputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.pool = torch.cuda.graph_pool_handle() if capture else None  # graphs replay one at a time: share memory
+        # graphs replay one at a time: they share memory; thread-local, as the engine thread captures while other
+        # threads may touch the GPU
+        self.graphs = GraphCapture(thread_local=True) if capture else None
 
     @property
     def max_batch(self) -> int:
@@ -138,7 +142,7 @@ class Code2WavGraphs:
         while len(self.entries) >= self.max_graphs:
             self.entries.popitem(last=False)
         entry = self._inputs(key)
-        if self.capture:
+        if self.graphs is not None:
             self._capture(entry)
         self.entries[key] = entry
         return entry
@@ -162,16 +166,6 @@ class Code2WavGraphs:
     @torch.no_grad()
     def _capture(self, entry: _Entry) -> None:
         args = (entry.codes, entry.past, entry.past_valid, entry.context)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with cudnn_benchmark():
-            # warm-up off the capture: Triton compiles, cuDNN picks algorithms, cuBLAS makes its workspace
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self.model.stream_step(*args)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            # thread-local: the engine thread captures while other threads may touch the GPU
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                entry.out = self.model.stream_step(*args)
-        entry.graph = graph
+        assert self.graphs is not None
+        with cudnn_benchmark():  # the warm-ups let cuDNN pick its algorithms outside the capture
+            entry.graph, entry.out = self.graphs.capture(lambda: self.model.stream_step(*args))

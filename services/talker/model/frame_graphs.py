@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from runtime.graph_capture import capture_graph
+from runtime.graph_capture import GraphCapture
 from services.talker.model.frame_step import (
     MODES, NUM_KNOBS, PENALTY, PRED_TEMPERATURE, PRED_TOP_P, TEMPERATURE, TOP_P, FrameInputs, FrameOutputs, FrameStep,
     Mode,
@@ -44,8 +44,7 @@ class FrameGraphs:
     def __init__(self, step: FrameStep, buckets: tuple[int, ...], capture: bool) -> None:
         self.step = step
         self.buckets = tuple(sorted(buckets))
-        self.capture = capture
-        self.pool = torch.cuda.graph_pool_handle() if capture else None
+        self.graphs = GraphCapture() if capture else None
         self._shapes: dict[tuple[int, Mode], _Captured] = {}
 
     def bucket_for(self, rows: int) -> int:
@@ -84,7 +83,7 @@ class FrameGraphs:
         shape = self._shapes.get((bucket, mode))
         if shape is None:
             shape = self._shapes[(bucket, mode)] = _Captured(self._static_inputs(bucket))
-            if self.capture:
+            if self.graphs is not None:
                 self._capture(shape, bucket, mode)
         return shape
 
@@ -103,7 +102,8 @@ class FrameGraphs:
 
     def _capture(self, shape: _Captured, bucket: int, mode: Mode) -> None:
         t0, before = time.perf_counter(), torch.cuda.memory_reserved()
-        shape.graph, shape.outputs = capture_graph(lambda: self.step(shape.inputs, mode), self.pool)
+        assert self.graphs is not None
+        shape.graph, shape.outputs = self.graphs.capture(lambda: self.step(shape.inputs, mode))
         log.info("talker: captured the frame graph for %d rows (%s) in %.2f s, %.1f MiB reserved", bucket,
                  mode, time.perf_counter() - t0,
                  (torch.cuda.memory_reserved() - before) / 2**20)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.graph_capture import capture_graph
+from runtime.graph_capture import GraphCapture
 from services.talker.model.kv import KVPool
 from services.talker.model.talker_lm import TalkerLM
 
@@ -38,7 +38,7 @@ class PrefillGraphs:
 
     def __init__(self, lm: TalkerLM, kv: KVPool, row_buckets: tuple[int, ...], max_tokens: int,
                  capture: bool) -> None:  # fmt: skip
-        self.lm, self.kv, self.capture = lm, kv, capture
+        self.lm, self.kv = lm, kv
         if capture and not all(layer.mlp.experts.use_grouped_mm for layer in lm.layers):
             # the loop over experts reads their ids back to the host, which a capture cannot do
             raise ValueError("talker prefill graphs need the grouped-GEMM MoE: call lm.use_grouped_mm(True) first")
@@ -46,7 +46,7 @@ class PrefillGraphs:
         self.buckets = sorted(((rows, length) for rows in row_buckets for length in LENGTH_BUCKETS
                                if rows * length <= max_tokens and length <= kv.capacity),
                               key=lambda b: (b[0] * b[1], b))  # fmt: skip
-        self.pool = torch.cuda.graph_pool_handle() if capture else None
+        self.graphs = GraphCapture() if capture else None
         self._shapes: dict[tuple[int, int], _Shape] = {}
 
     def bucket_for(self, rows: int, length: int) -> tuple[int, int] | None:
@@ -92,12 +92,13 @@ class PrefillGraphs:
                 positions=torch.zeros(3, rows, length, device=p.device),
                 slots=torch.full((rows,), self.kv.scratch_slot, dtype=torch.long, device=p.device),
             )  # fmt: skip
-            if self.capture:
+            if self.graphs is not None:
                 self._capture(shape, bucket)
         return shape
 
     def _capture(self, shape: _Shape, bucket: tuple[int, int]) -> None:
         t0, before = time.perf_counter(), torch.cuda.memory_reserved()
-        shape.graph, shape.hidden = capture_graph(lambda: self._forward(shape), self.pool)
+        assert self.graphs is not None
+        shape.graph, shape.hidden = self.graphs.capture(lambda: self._forward(shape))
         log.info("talker: captured the prefill graph for %d rows x %d positions in %.2f s, %.1f MiB reserved",
                  *bucket, time.perf_counter() - t0, (torch.cuda.memory_reserved() - before) / 2**20)
