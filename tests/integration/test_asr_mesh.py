@@ -223,3 +223,15 @@ def test_http_transcription_past_its_deadline_ends_in_an_error_event(addr: str, 
         assert events[-1]["error"]["code"] == "deadline_exceeded"
     finally:
         assert front.stop() == 0
+
+
+def test_transcribe_prints_the_text_or_the_error(addr: str, wav: Path) -> None:
+    import subprocess
+
+    _, events = transcribe_json(addr, "--language", "en", "--max-tokens", "4", str(wav))
+    run = subprocess.run([OMNIMESH, "transcribe", "--addr", addr, "--language", "en", "--max-tokens", "4", str(wav)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout == "".join(e["text"] for e in events if e["type"] == "text") + "\n"
+    run = subprocess.run([OMNIMESH, "transcribe", "--addr", addr, "--language", "xx", str(wav)], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 1 and run.stdout == "" and run.stderr.startswith("error: INVALID_ARGUMENT: ")
