@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 import pytest
@@ -132,3 +133,26 @@ def test_a_client_still_writing_when_refused_reads_the_refusal(mesh: Proc) -> No
                                         *tensors_for_image(3)[:1], *[tail] * 64]))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
         assert err.value.details().startswith("media[media.0.embeddings]")
+
+
+def test_a_refused_client_that_never_half_closes_gets_the_refusal_after_the_drain(mesh: Proc) -> None:
+    """The drain before a refusal is bounded: a client that keeps its stream open still gets INVALID_ARGUMENT,
+    about REFUSED_STREAM_DRAIN_S later, not never."""
+    from runtime.interceptor import REFUSED_STREAM_DRAIN_S
+
+    addr = f"127.0.0.1:{mesh.ports['thinker']['grpc_port']}"
+
+    async def scenario() -> None:
+        async def it():
+            yield start(token_ids=[])
+            await asyncio.sleep(30)
+
+        async with grpc.aio.insecure_channel(addr) as channel:
+            async for _ in thinker_pb2_grpc.ThinkerStub(channel).Generate(it()):
+                pass
+
+    t0 = time.monotonic()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("start.token_ids")
+    assert REFUSED_STREAM_DRAIN_S * 0.9 <= time.monotonic() - t0 < REFUSED_STREAM_DRAIN_S + 5
