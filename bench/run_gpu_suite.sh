@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One GPU-machine call: every stage's GPU tests, the stage benchmarks at real dims, and the mesh on CUDA.
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
-#   OUT=/some/dir [BENCHES="vision audio talker"] [MESH=1] bash bench/run_gpu_suite.sh
+#   OUT=/some/dir [GPU_TESTS="tests/parity/asr ..."] [BENCHES="vision audio talker"] [MESH=1] bash bench/run_gpu_suite.sh
 source bench/device_setup.sh /tmp/gpu-suite
 SECONDS=0
-timeout "${TEST_S:-220}" python3 -m pytest -q -m gpu -rfE -p no:cacheprovider tests/parity/thinker tests/parity/vision \
-  tests/parity/audio tests/parity/talker 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+# every GPU-marked test of the tree (kernels against their PyTorch paths, each family's GPU parity)
+timeout "${TEST_S:-220}" python3 -m pytest -q -m gpu -rfE -p no:cacheprovider ${GPU_TESTS:-tests} 2>&1 \
+  | tee "$OUT/gpu_tests.log" | tail -25
 echo "tests done at ${SECONDS}s"
 # each stage's own-model benchmark (the other bench_*.py of a folder measure parts, or the mesh)
 declare -A STAGE_BENCH=([vision]=bench_vision_tower.py [audio]=bench_audio_encoder.py [talker]=bench_talker.py)
