@@ -118,3 +118,14 @@ def test_audio_stage_refuses_a_qwen3_5_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(qwen3_5_config()))
     with pytest.raises(ValueError, match="holds qwen3.5, which has no audio encoder.*needs vision, thinker"):
         load_audio_tensors(tmp_path, "cpu", None)
+
+
+@pytest.mark.parametrize("name,moe", [("demo-qwen3.5", False), ("demo-qwen3.5-moe", True)])
+def test_demo_qwen3_5_resolves_to_its_cached_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                                                        moe: bool) -> None:
+    from runtime import model_path
+
+    monkeypatch.setenv("OMNIMESH_CACHE", str(tmp_path))
+    monkeypatch.setattr("runtime.checkpoint.qwen3_5.demo_cache.cached_qwen3_5_demo_checkpoint",
+                        lambda seed, moe, root: root / f"seed{seed}-moe{moe}")
+    assert model_path.resolve_model(name) == tmp_path / "demo_ckpt" / f"seed0-moe{moe}"
