@@ -90,6 +90,9 @@ class EngineConfig:
     # coalesce token deltas on a stream: each message costs ~40 us of CPU (docs/grpc-transport.md)
     token_flush_ms: StrictFloat = Field(15.0, ge=0)
     enable_prefix_cache: StrictBool = True  # reuse the KV of full blocks whose tokens and media match an earlier prompt
+    # Qwen3.5: sequences running at once hold one linear-attention state slot each (~49 MiB at 9B in fp32); with
+    # all held, admission waits and the queue beyond it is max_waiting_seqs
+    num_state_slots: StrictInt = Field(0, ge=0, description="0: max_num_seqs; ignored by attention-only models")
     # CUDA graphs (GPU kernel path only): a step whose shape fits a bucket replays a graph captured at start.
     cuda_graphs: StrictBool = True
     decode_batch_buckets: Items[StrictInt] = ()  # rows of decode-only steps; () = 1, 2, 4, ... and max_num_seqs
@@ -99,6 +102,8 @@ class EngineConfig:
         check(self.max_batch_tokens >= self.max_num_seqs, "max_batch_tokens", self.max_batch_tokens,
               f"must be >= max_num_seqs ({self.max_num_seqs}) so every running row can decode in one step")
         check(self.block_size in BLOCK_SIZES, "block_size", self.block_size, "use 8, 16, 32, 64 or 128")
+        check(self.num_state_slots <= self.max_num_seqs, "num_state_slots", self.num_state_slots,
+              f"must be <= max_num_seqs ({self.max_num_seqs}): a slot serves one running row, so more are never used")
         for name in ("decode_batch_buckets", "prefill_token_buckets"):
             ladder = getattr(self, name)
             check(all(v >= 1 for v in ladder) and list(ladder) == sorted(set(ladder)),
@@ -111,6 +116,11 @@ class EngineConfig:
             check(tokens <= self.max_batch_tokens, "prefill_token_buckets", self.prefill_token_buckets,
                   f"rung {tokens} exceeds max_batch_tokens ({self.max_batch_tokens}): the step budget never "
                   "reaches it, so its graph could never be replayed; drop it or raise max_batch_tokens")
+
+    @property
+    def state_slots(self) -> int:
+        """The state slots a hybrid model gets: num_state_slots, or one per running row."""
+        return self.num_state_slots or self.max_num_seqs
 
     @property
     def graph_decode_buckets(self) -> tuple[int, ...]:

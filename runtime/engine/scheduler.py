@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.sequence import FinishReason, Sequence, SequenceStatus
+from runtime.engine.state_slots import StateSlots
 
 # A token the device is still drawing (see Scheduler.advance): never a real id, never sent anywhere
 PENDING_TOKEN = -1
@@ -48,12 +49,16 @@ class Scheduler:
     """FCFS with chunked prefill under a token budget; decode rows first; preemption by recompute.
 
     Sequences join the running batch between steps and leave it when they finish or are aborted; their blocks
-    return to the free list at once.
+    return to the free list at once. A hybrid model's sequences also hold one of `slots` while running.
     """
 
-    def __init__(self, limits: SchedulerLimits, blocks: BlockManager) -> None:
+    def __init__(self, limits: SchedulerLimits, blocks: BlockManager, slots: StateSlots | None = None) -> None:
+        if slots is not None and blocks.enable_prefix_cache:
+            raise ValueError("enable_prefix_cache: a hybrid model's cached KV blocks come without the linear-attention "
+                             "state at their boundary; turn the prefix cache off for it")
         self.limits = limits
         self.blocks = blocks
+        self.slots = slots
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_prefix_queried_tokens = 0  # prompt tokens looked up in the prefix cache at admission
@@ -89,6 +94,8 @@ class Scheduler:
             rows.append(ScheduledRow(seq, n))
             budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
+            if self.slots is not None and self.slots.num_free == 0:
+                break  # every state slot is held: admission waits for a finish, like it does for blocks
             seq = self.waiting[0]
             self.blocks.match_prefix(seq)
             n = min(seq.num_uncomputed_tokens, budget)
@@ -101,6 +108,8 @@ class Scheduler:
                 self.num_prefix_queried_tokens += seq.num_prompt_tokens
                 self.num_prefix_hit_tokens += seq.num_cached_prompt_tokens
             seq.status = SequenceStatus.RUNNING
+            if self.slots is not None:
+                self.slots.allocate(seq)
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = time.monotonic()
             self.running.append(seq)
@@ -117,8 +126,10 @@ class Scheduler:
         return None
 
     def _preempt(self, seq: Sequence) -> None:
-        """Frees the sequence's KV; it waits at the front and recomputes its tokens when blocks free up."""
+        """Frees the sequence's KV and state slot; it waits at the front and recomputes its tokens from the first
+        when blocks free up."""
         self.blocks.free(seq)
+        self._free_slot(seq)
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
         seq.status = SequenceStatus.WAITING
@@ -160,6 +171,10 @@ class Scheduler:
         self.resolve(pending, sampled)
         return pending
 
+    def _free_slot(self, seq: Sequence) -> None:
+        if self.slots is not None:
+            self.slots.free(seq)
+
     def _finish_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         opts = seq.sampling
         if token in opts.stop_token_ids or (not opts.ignore_eos and token in seq.eos_token_ids):
@@ -177,5 +192,6 @@ class Scheduler:
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.blocks.free(seq)
+        self._free_slot(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason

@@ -42,6 +42,7 @@ class Sequence:
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
         self.block_keys: list[bytes] = []  # prefix-cache keys of the full blocks of block_table, in order
+        self.state_slot: int | None = None  # hybrid models: the slot of its linear-attention state while running
         self.media_salts = media_salts  # (start, end, content hash) of media spans: same ids, other pixels, other KV
         self.allow_prefix_cache = allow_prefix_cache
         self.status = SequenceStatus.WAITING

@@ -16,6 +16,7 @@ from runtime.engine.cache_events import CacheEventLog
 from runtime.engine.engine import Engine, ModelRunner
 from runtime.engine.engine_loop import EngineLoop
 from runtime.engine.scheduler import Scheduler, SchedulerLimits
+from runtime.engine.state_slots import StateSlots
 from runtime.engine.token_core import TokenCore
 from runtime.server import StageServer
 from runtime.stage_device import stage_device
@@ -23,6 +24,9 @@ from runtime.tokenizer import Tokenizer
 from services.thinker.cache_report import CacheReporter
 from services.thinker.graphs import GraphSettings
 from services.thinker.model import ThinkerLM
+from services.thinker.model.hybrid_lm import HybridLM
+from services.thinker.model.linear_state import LinearStateCache
+from services.thinker.model.loader import load_thinker_lm
 from services.thinker.runner import ThinkerRunner
 from services.thinker.service import ThinkerService
 from services.thinker.servicer import ThinkerServicer
@@ -37,34 +41,43 @@ class EngineParts(NamedTuple):
     max_model_len: int  # the checkpoint's context, capped by what the KV cache holds
     num_blocks: int
     block_bytes: int
+    max_running: int  # sequences that run at once: max_num_seqs, or a hybrid model's state slots
 
 
-def build_engine(model: ThinkerLM, eng: EngineConfig, device: torch.device, dtype: torch.dtype,
+def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.device, dtype: torch.dtype,
                  wrap_runner: Callable[[ThinkerRunner], ModelRunner] = lambda runner: runner) -> EngineParts:
-    """The KV cache sized from `eng`, CUDA graphs captured when asked, the scheduler and the engine."""
+    """The KV cache sized from `eng`, CUDA graphs captured when asked, the scheduler and the engine. A hybrid model
+    (Qwen3.5) also gets `eng.state_slots` state slots, and neither prefix cache nor graphs (both need its state)."""
     per_block = ThinkerRunner.kv_bytes_per_block(model, eng.block_size, dtype)
     num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
     capacity = num_blocks * eng.block_size
     max_model_len = min(model.cfg.max_position_embeddings, eng.max_model_len or capacity, capacity)
+    hybrid = model.cfg.hybrid
     graphs = GraphSettings(eng.graph_decode_buckets, eng.prefill_token_buckets, eng.max_num_seqs,
-                           max_model_len) if eng.cuda_graphs else None
-    runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs)
-    scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len),
-                          BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache, CacheEventLog()))
-    return EngineParts(Engine(scheduler, wrap_runner(runner)), scheduler, max_model_len, num_blocks, per_block)
+                           max_model_len) if eng.cuda_graphs and hybrid is None else None
+    num_slots = eng.state_slots if hybrid is not None else 0
+    if hybrid is not None:
+        log.info("thinker: %d linear-attention state slots (%.1f MiB); prefix cache and CUDA graphs off for a "
+                 "hybrid model", num_slots, num_slots * LinearStateCache.bytes_per_slot(hybrid, dtype) / 2**20)
+    runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs, num_slots)
+    blocks = BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache and hybrid is None, CacheEventLog())
+    scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len), blocks,
+                          StateSlots(num_slots) if hybrid is not None else None)
+    return EngineParts(Engine(scheduler, wrap_runner(runner)), scheduler, max_model_len, num_blocks, per_block,
+                       num_slots or eng.max_num_seqs)
 
 
 def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
-                          ) -> tuple[ThinkerService, ThinkerLM, CacheReporter]:  # fmt: skip
+                          ) -> tuple[ThinkerService, ThinkerLM | HybridLM, CacheReporter]:  # fmt: skip
     stage = mesh.thinker
     eng = stage.engine
     device = stage_device(stage.device, stage.cpu_threads)
     dtype = getattr(torch, stage.dtype)
-    model = ThinkerLM.load(model_dir, device=device, dtype=dtype)
+    model = load_thinker_lm(model_dir, device=device, dtype=dtype)
     parts = build_engine(model, eng, device, dtype)
     engine = EngineLoop(TokenCore(parts.engine), server.metrics)
     service = ThinkerService(engine, Tokenizer.from_dir(model_dir), server.metrics, parts.max_model_len,
-                             eng.token_flush_ms / 1000, eng.max_num_seqs + eng.max_waiting_seqs)
+                             eng.token_flush_ms / 1000, parts.max_running + eng.max_waiting_seqs)
     log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", parts.num_blocks,
              eng.block_size, parts.num_blocks * parts.block_bytes / 2**20, parts.max_model_len, device, stage.dtype,
              "kernel" if model.use_kernels else "reference")

@@ -14,6 +14,8 @@ from runtime.engine.sequence import Sequence
 from runtime.transfer import to_device
 from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraphs
 from services.thinker.model import DeepstackInput, ThinkerLM
+from services.thinker.model.hybrid_lm import HybridLM
+from services.thinker.model.linear_state import StateContext, build_state_context
 from services.thinker.request import ThinkerRequest
 
 log = logging.getLogger(__name__)
@@ -33,21 +35,24 @@ class _Packed:
 
 
 class ThinkerRunner:
-    """The engine's ModelRunner for the thinker; owns the model and the paged KV cache. It reads pending tokens (the
-    last step's draws, still on the device) into its token ids on the device, so the engine runs one step ahead."""
+    """The engine's ModelRunner for the thinker; owns the model, the paged KV cache and (Qwen3.5) the state slots'
+    tensors. It reads pending tokens (the last step's draws, still on the device) into its token ids on the device,
+    so the engine runs one step ahead."""
 
     reads_pending_tokens = True
 
-    def __init__(self, model: ThinkerLM, num_blocks: int, block_size: int, device: torch.device,
-                 dtype: torch.dtype, graphs: GraphSettings | None = None) -> None:
-        """graphs: capture CUDA graphs of these shapes (GPU kernel path on CUDA; eager static buffers elsewhere)."""
+    def __init__(self, model: ThinkerLM | HybridLM, num_blocks: int, block_size: int, device: torch.device,
+                 dtype: torch.dtype, graphs: GraphSettings | None = None, num_state_slots: int = 0) -> None:
+        """graphs: capture CUDA graphs of these shapes (GPU kernel path on CUDA; eager static buffers elsewhere);
+        num_state_slots: a hybrid model's linear-attention state slots (the scheduler's StateSlots ids)."""
         cfg = model.cfg
         self.model = model
         self.device = device
         self.block_size = block_size
-        use_graphs = graphs is not None and model.use_kernels
+        self.states = model.allocate_states(num_state_slots, device) if isinstance(model, HybridLM) else None
+        use_graphs = graphs is not None and model.use_kernels and self.states is None
         # Graph padding rows write their KV to one extra block that the block manager never hands out.
-        self.kv_caches = allocate_kv_cache(cfg.num_layers, num_blocks + int(use_graphs), block_size,
+        self.kv_caches = allocate_kv_cache(len(cfg.kv_layers), num_blocks + int(use_graphs), block_size,
                                            cfg.num_kv_heads, cfg.head_dim, dtype, device)
         self.graphs: StepGraphs | None = None
         self.eager_steps = 0  # text-only steps no graph fitted
@@ -69,10 +74,10 @@ class ThinkerRunner:
         return self.model(self.model.embed(ids), positions, ctx, self.kv_caches).hidden
 
     @staticmethod
-    def kv_bytes_per_block(model: ThinkerLM, block_size: int, dtype: torch.dtype) -> int:
+    def kv_bytes_per_block(model: ThinkerLM | HybridLM, block_size: int, dtype: torch.dtype) -> int:
         cfg = model.cfg
         element = torch.empty((), dtype=dtype).element_size()
-        return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * element
+        return 2 * len(cfg.kv_layers) * block_size * cfg.num_kv_heads * cfg.head_dim * element
 
     def release(self, seq: Sequence) -> None:
         pass  # all per-sequence state lives in its payload and block table
@@ -102,7 +107,11 @@ class ThinkerRunner:
             block_size=self.block_size, device=self.device)
         positions = to_device(torch.cat(packed.positions, dim=1), self.device)  # [3, T]
         capture_layer = self.model.cfg.accept_hidden_layer if packed.capture else None
-        out = self.model(x, positions, ctx, self.kv_caches, deepstack=deepstack, capture_layer=capture_layer)
+        if self.states is not None:
+            out = self.model(x, positions, ctx, self.kv_caches, capture_layer=capture_layer,
+                             states=self._state_context(batch))
+        else:
+            out = self.model(x, positions, ctx, self.kv_caches, deepstack=deepstack, capture_layer=capture_layer)
         if packed.capture:  # one gather and one copy for all of them (a copy per row synced the stream per row)
             rows = to_device(torch.tensor([row for _, _, row in packed.capture], dtype=torch.long), self.device)
             states = out.captured[rows].float().cpu()
@@ -126,6 +135,14 @@ class ThinkerRunner:
         if all(r.samples for r in batch.rows) and len(packed.token_ids) == len(batch.rows):
             return self.model.compute_logits(hidden)  # decode: every row samples
         return self.model.compute_logits(hidden[self._sampling_rows(batch, hidden.device)])
+
+    def _state_context(self, batch: ScheduledBatch) -> StateContext:
+        """Each row's state slot; a row starting its sequence (first step, or recompute after preemption) zeroes it."""
+        assert self.states is not None and all(r.seq.state_slot is not None for r in batch.rows), \
+            "a hybrid model's rows need the scheduler's StateSlots"
+        return build_state_context(self.states, [r.num_tokens for r in batch.rows],
+                                   [r.seq.state_slot for r in batch.rows],
+                                   [r.seq.num_computed_tokens == 0 for r in batch.rows], self.device)
 
     @staticmethod
     def _sampling_rows(batch: ScheduledBatch, device: torch.device) -> torch.Tensor:

@@ -80,8 +80,9 @@ class ThinkerService:
         if self.engine.failure is not None:
             raise Unavailable(f"the thinker engine has failed: {self.engine.failure!r}", stage="thinker")
         if self._in_flight >= self.max_in_flight:
-            raise ResourceExhausted(f"the thinker holds {self._in_flight} requests, its limit (max_num_seqs + "
-                                    "max_waiting_seqs); retry shortly or add a replica", retry_after_s=1.0)
+            raise ResourceExhausted(f"the thinker holds {self._in_flight} requests, its limit (max_num_seqs, or "
+                                    "num_state_slots for Qwen3.5, + max_waiting_seqs); retry shortly or add a "
+                                    "replica", retry_after_s=1.0)
         req = inp.request
         seq = Sequence(next(self._ids), inp.request_id, inp.token_ids, inp.sampling, self.eos_token_ids, req,
                        media_salts=tuple((m.offset, m.end, m.content_hash) for m in req.media),

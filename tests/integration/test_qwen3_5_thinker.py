@@ -1,0 +1,57 @@
+"""The thinker stage serving Qwen3.5 (a hybrid model): it streams greedy tokens, and with every state slot held and
+no queue it answers RESOURCE_EXHAUSTED with RetryInfo naming num_state_slots (never a crash)."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from omnimesh.v1 import common_pb2, thinker_pb2, thinker_pb2_grpc
+
+PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
+
+
+def _request(max_tokens: int):
+    async def it():
+        yield thinker_pb2.GenerateRequest(start=thinker_pb2.GenerateStart(
+            request_id="qwen3.5", token_ids=PROMPT,
+            sampling=common_pb2.SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+    return it()
+
+
+def test_state_slots_exhausted_is_resource_exhausted_with_retry_info(qwen3_5_ckpt, tmp_path) -> None:
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    from tests.integration.mesh_process import start_stage
+
+    mesh = {"thinker": {"engine": {"kv_cache_bytes": 16 << 20, "max_num_seqs": 4, "num_state_slots": 1,
+                                   "max_batch_tokens": 64, "max_waiting_seqs": 0}}}
+    thinker = start_stage("thinker", qwen3_5_ckpt, mesh, tmp_path)
+    addr = f"127.0.0.1:{thinker.ports['grpc_port']}"
+
+    async def scenario() -> tuple[int, grpc.aio.AioRpcError]:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            stub = thinker_pb2_grpc.ThinkerStub(channel)
+            tokens = 0
+            async for out in stub.Generate(_request(5)):
+                tokens += len(out.tokens.token_ids) if out.HasField("tokens") else 0
+            busy = stub.Generate(_request(400))
+            await busy.read()  # the one slot is taken
+            try:
+                async for _ in stub.Generate(_request(2)):
+                    pass
+            except grpc.aio.AioRpcError as err:
+                return tokens, err
+            finally:
+                busy.cancel()
+        raise AssertionError("a second request was admitted past num_state_slots + max_waiting_seqs")
+
+    try:
+        tokens, err = asyncio.run(scenario())
+    finally:
+        assert thinker.stop() == 0
+    assert tokens == 5
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "num_state_slots" in err.details()
+    assert [d for d in rpc_status.from_call(err).details if d.Is(error_details_pb2.RetryInfo.DESCRIPTOR)]
