@@ -71,6 +71,7 @@ def test_missing_image_file(tmp_path: Path) -> None:
         ({"video_std": (0.5, 0.0, 0.5)}, "video_std"),
         ({"video_fps": 0.0}, "video_fps=0.0"),
         ({"video_min_frames": 9, "video_max_frames": 8}, "video_min_frames=9"),
+        ({"video_sampling": "qwen9"}, "video_sampling='qwen9' must be one of"),
     ],
 )
 def test_validation_names_the_field(kwargs: dict, needle: str) -> None:
