@@ -67,6 +67,10 @@ def add_omni_servicer(servicer: Any, server: grpc.aio.Server, max_request_bytes:
         "Transcribe": grpc.unary_stream_rpc_method_handler(
             servicer.Transcribe, request_deserializer=lenient_parser(omni_pb2.TranscribeRequest, max_request_bytes),
             response_serializer=omni_pb2.TranscribeEvent.SerializeToString),
+        "TranscribeStream": grpc.stream_stream_rpc_method_handler(
+            servicer.TranscribeStream,
+            request_deserializer=lenient_parser(omni_pb2.TranscribeChunk, max_request_bytes),
+            response_serializer=omni_pb2.TranscribeEvent.SerializeToString),
         "Info": grpc.unary_unary_rpc_method_handler(
             servicer.Info, request_deserializer=lenient_parser(common_pb2.InfoRequest, max_request_bytes),
             response_serializer=omni_pb2.OmniInfo.SerializeToString),

@@ -21,6 +21,7 @@ from gateway.service import ChatEventOut, OmniService, TextEvent, UsageEvent
 from gateway.speech import AudioEvent, ErrorEvent
 from gateway.transcribe import LanguageEvent, TranscribeEventOut, TranscribeService, TranscriptEvent
 from gateway.transcribe import transcribe_input_from_pb
+from gateway.transcribe_stream import PartialEvent, PcmBuffer, stream_settings_from_pb, transcribe_stream
 
 
 class OmniServicer(omni_pb2_grpc.OmniServicer):
@@ -41,6 +42,26 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
     async def Transcribe(self, request: omni_pb2.TranscribeRequest,
                          context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.TranscribeEvent]:
         async for event in self._served(request, context, self._transcribe_events):
+            yield event
+
+    async def TranscribeStream(self, chunks: AsyncIterator[omni_pb2.TranscribeChunk],
+                               context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.TranscribeEvent]:
+        chunks = _decodable(chunks)
+        first = await anext(chunks, None) or omni_pb2.TranscribeChunk()  # none at all: refused for its missing config
+
+        async def events(first: omni_pb2.TranscribeChunk,
+                         context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.TranscribeEvent]:
+            settings = stream_settings_from_pb(first, self._cfg.sampling)
+            request_id_var.set(settings.job.chat.request_id)
+            self._transcriber.check_family()
+            audio = PcmBuffer(settings.sample_rate, self._cfg.max_audio_seconds)
+            audio.add(first, 0)
+            seq = 0
+            async for ev in transcribe_stream(self._transcriber, settings, audio, chunks, context.time_remaining):
+                yield _transcribe_to_pb(seq, ev)
+                seq += 1
+
+        async for event in self._served(first, context, events):
             yield event
 
     async def _chat_events(self, request: omni_pb2.ChatRequest,
@@ -136,7 +157,16 @@ def _to_pb(seq: int, ev: ChatEventOut) -> omni_pb2.ChatEvent:
     return omni_pb2.ChatEvent(sequence=seq, done=omni_pb2.Done(finish_reason=ev.finish_reason))
 
 
-def _transcribe_to_pb(seq: int, ev: TranscribeEventOut) -> omni_pb2.TranscribeEvent:
+async def _decodable(chunks: AsyncIterator[Any]) -> AsyncIterator[omni_pb2.TranscribeChunk]:
+    """A client stream's messages, each refused as a unary request is when its bytes do not parse."""
+    async for chunk in chunks:
+        refuse_undecodable(chunk)
+        yield chunk
+
+
+def _transcribe_to_pb(seq: int, ev: TranscribeEventOut | PartialEvent) -> omni_pb2.TranscribeEvent:
+    if isinstance(ev, PartialEvent):
+        return omni_pb2.TranscribeEvent(sequence=seq, partial=omni_pb2.Transcript(language=ev.language, text=ev.text))
     if isinstance(ev, LanguageEvent):
         return omni_pb2.TranscribeEvent(sequence=seq, language=ev.language)
     if isinstance(ev, TextEvent):

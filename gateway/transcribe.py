@@ -75,10 +75,13 @@ class TranscribeService:
         self.max_audio_seconds = max_audio_seconds
         self.window_s = window_s
 
-    async def transcribe(self, request: TranscribeInput, timeout: float | None) -> AsyncIterator[TranscribeEventOut]:
+    def check_family(self) -> None:
         if self.family != "qwen3-asr":
             raise Unimplemented(f"Transcribe: this deployment serves {self.family}, not a Qwen3-ASR model; "
                                 "send the audio to Chat instead")
+
+    async def transcribe(self, request: TranscribeInput, timeout: float | None) -> AsyncIterator[TranscribeEventOut]:
+        self.check_family()
         await self._check_context(request.context)
         audio = request.chat.media[0]
         if await asyncio.to_thread(header_seconds, audio.data) > self.window_s:

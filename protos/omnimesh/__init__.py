@@ -6,10 +6,10 @@ from omnimesh.errors import (DeadlineExceeded, FieldViolation, InvalidArgument, 
 from omnimesh.events import (AudioDelta, AudioFailed, Done, Event, Reply, TextDelta, TokenLogprob, TopLogprob, Usage,
                              wav_bytes)
 from omnimesh.messages import Audio, Image, Media, Message, Sampling, Video
-from omnimesh.transcripts import Language, Transcript, TranscriptReply
+from omnimesh.transcripts import Language, Partial, Transcript, TranscriptReply
 
 __all__ = ["AsyncClient", "Audio", "AudioDelta", "AudioFailed", "Client", "DeadlineExceeded", "Done", "Event",
-           "FieldViolation", "Image", "InvalidArgument", "Language", "Media", "MeshInfo", "Message", "OmnimeshError", "Reply",
-           "ResourceExhausted", "Sampling", "TextDelta", "TokenLogprob", "TopLogprob", "Transcript", "TranscriptReply",
-           "Unauthenticated",
-           "Unavailable", "Unimplemented", "Usage", "Video", "wav_bytes"]
+           "FieldViolation", "Image", "InvalidArgument", "Language", "Media", "MeshInfo", "Message", "OmnimeshError",
+           "Partial", "Reply", "ResourceExhausted", "Sampling", "TextDelta", "TokenLogprob", "TopLogprob",
+           "Transcript", "TranscriptReply", "Unauthenticated", "Unavailable", "Unimplemented", "Usage", "Video",
+           "wav_bytes"]

@@ -22,7 +22,7 @@ Sampling fields (temperature, max_tokens, stop, logprobs, ...) are keyword argum
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,7 +32,8 @@ import grpc
 from omnimesh.errors import from_rpc_error
 from omnimesh.events import Event, Reply, event_from_pb
 from omnimesh.messages import Audio, ChatOptions, MessagesLike, Sampling, chat_request
-from omnimesh.transcripts import TranscriptEvent, TranscriptReply, transcribe_request, transcript_event_from_pb
+from omnimesh.transcripts import (TranscriptEvent, TranscriptReply, pcm_chunks, pcm_chunks_async, stream_config,
+                                  transcribe_request, transcript_event_from_pb)
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from runtime.channels import channel_options
 
@@ -136,6 +137,24 @@ class Client(_Base):
         finally:
             call.cancel()
 
+    def transcribe_pcm_stream(self, pcm: Iterable[bytes], sample_rate: int, *, language: str = "",
+                              context: str = "", partial_every_s: float = 0.0, sampling: Sampling | None = None,
+                              request_id: str = "", timeout: float | None = None, api_key: str | None = None,
+                              **sampling_fields: Any) -> Iterator[TranscriptEvent]:
+        """Audio as it is recorded (16-bit mono PCM pieces at `sample_rate`): Partial events every
+        `partial_every_s` seconds of new audio while `pcm` goes on, then transcribe_stream's events for all of it.
+        The pieces are read on grpc's thread as the call sends them."""
+        first = stream_config(sample_rate, language, context, replace(sampling or Sampling(), **sampling_fields),
+                              partial_every_s, request_id)
+        call = self._stub.TranscribeStream(pcm_chunks(first, pcm), **self._call_kwargs(timeout, api_key))
+        try:
+            for ev in call:
+                yield transcript_event_from_pb(ev)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+        finally:
+            call.cancel()
+
     def transcribe(self, audio: Audio | bytes | str | Path, **kwargs: Any) -> TranscriptReply:
         """The whole transcription at once; takes transcribe_stream's arguments."""
         reply = TranscriptReply()
@@ -198,6 +217,23 @@ class AsyncClient(_Base):
         sampling = replace(sampling or Sampling(), **sampling_fields)
         request = transcribe_request(audio, language, context, sampling, request_id)
         call = self._stub.Transcribe(request, **self._call_kwargs(timeout, api_key))
+        try:
+            async for ev in call:
+                yield transcript_event_from_pb(ev)
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from None
+        finally:
+            call.cancel()
+
+    async def transcribe_pcm_stream(self, pcm: Iterable[bytes] | AsyncIterable[bytes], sample_rate: int, *,
+                                    language: str = "", context: str = "", partial_every_s: float = 0.0,
+                                    sampling: Sampling | None = None, request_id: str = "",
+                                    timeout: float | None = None, api_key: str | None = None,
+                                    **sampling_fields: Any) -> AsyncIterator[TranscriptEvent]:
+        """As Client.transcribe_pcm_stream; `pcm` may be an async iterable (a recording)."""
+        first = stream_config(sample_rate, language, context, replace(sampling or Sampling(), **sampling_fields),
+                              partial_every_s, request_id)
+        call = self._stub.TranscribeStream(pcm_chunks_async(first, pcm), **self._call_kwargs(timeout, api_key))
         try:
             async for ev in call:
                 yield transcript_event_from_pb(ev)

@@ -235,3 +235,52 @@ def test_transcribe_prints_the_text_or_the_error(addr: str, wav: Path) -> None:
     run = subprocess.run([OMNIMESH, "transcribe", "--addr", addr, "--language", "xx", str(wav)], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 1 and run.stdout == "" and run.stderr.startswith("error: INVALID_ARGUMENT: ")
+
+
+def paced_pcm(wav: Path, piece_s: float = 0.25, pause_s: float = 0.15):
+    """The clip's samples as a recording sends them: a piece every `pause_s`."""
+    import time
+
+    samples, rate = sf.read(wav, dtype="int16")
+    step = int(piece_s * rate)
+    for i in range(0, len(samples), step):
+        time.sleep(pause_s)
+        yield samples[i:i + step].tobytes()
+
+
+def test_streamed_pcm_gives_partials_then_the_whole_file_transcript(addr: str, wav: Path) -> None:
+    import omnimesh
+
+    with omnimesh.Client(addr, timeout=120) as client:
+        events = list(client.transcribe_pcm_stream(paced_pcm(wav), 16_000, language="en", partial_every_s=0.5,
+                                                   max_tokens=MAX_NEW))
+        whole = client.transcribe(wav, language="en", max_tokens=MAX_NEW)
+    partials = [e for e in events if isinstance(e, omnimesh.Partial)]
+    assert partials and all(p.language == "English" for p in partials)
+    final = events[len(partials):]  # every partial comes before the final events
+    assert isinstance(final[0], omnimesh.Language) and isinstance(final[-1], omnimesh.Done)
+    reply = omnimesh.TranscriptReply()
+    for e in final:
+        reply.add(e)
+    assert (reply.text, reply.token_ids) == (whole.text, whole.token_ids)
+    assert reply.usage.prompt_tokens == whole.usage.prompt_tokens  # (the second run reads the first's cached KV)
+
+
+def test_streamed_pcm_errors_name_the_field(addr: str, wav: Path) -> None:
+    import grpc
+    import omnimesh
+
+    with omnimesh.Client(addr, timeout=60) as client:
+        with pytest.raises(omnimesh.InvalidArgument) as caught:
+            list(client.transcribe_pcm_stream([b"\0\0"], 16_000, language="klingon"))
+        assert caught.value.field_violations[0].field == "config.language"
+        with pytest.raises(omnimesh.InvalidArgument) as caught:
+            list(client.transcribe_pcm_stream([b"\0\0", b"\0"], 16_000))
+        assert caught.value.field_violations[0].field == "pcm16" and "chunk 2" in caught.value.message
+    with grpc.insecure_channel(addr) as channel:  # what the typed client cannot send: no settings, garbage bytes
+        call = channel.stream_stream("/omnimesh.v1.Omni/TranscribeStream", request_serializer=lambda b: b,
+                                     response_deserializer=lambda b: b)
+        for chunks, field in (([b""], "config"), ([b"\xff\xff\xff"], "request")):
+            with pytest.raises(grpc.RpcError) as caught:
+                list(call(iter(chunks), timeout=60))
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and caught.value.details().startswith(field)

@@ -85,3 +85,21 @@ def test_a_gateway_that_is_down_is_unavailable() -> None:
 def test_an_unknown_sampling_field_is_a_type_error(gateway_addr: str) -> None:
     with Client(gateway_addr) as client, pytest.raises(TypeError, match="top_q"):
         client.chat("Hi", top_q=0.5)
+
+
+def test_transcription_is_unimplemented_on_qwen3_omni(gateway_addr: str) -> None:
+    with Client(gateway_addr, timeout=60) as client:
+        with pytest.raises(omnimesh.Unimplemented, match="not a Qwen3-ASR model"):
+            client.transcribe(b"RIFF", language="en")
+        with pytest.raises(omnimesh.Unimplemented, match="not a Qwen3-ASR model"):
+            list(client.transcribe_pcm_stream([b"\0\0"], 16_000))
+
+    async def run() -> None:
+        async def recording():
+            yield b"\0\0"
+
+        async with AsyncClient(gateway_addr, timeout=60) as client:
+            with pytest.raises(omnimesh.Unimplemented):
+                [e async for e in client.transcribe_pcm_stream(recording(), 16_000)]
+
+    asyncio.run(run())

@@ -137,6 +137,30 @@ class TranscribeRequest(_message.Message):
     sampling: _common_pb2.SamplingParams
     def __init__(self, request_id: _Optional[str] = ..., audio: _Optional[_Union[Media, _Mapping]] = ..., language: _Optional[str] = ..., context: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
 
+class TranscribeStreamConfig(_message.Message):
+    __slots__ = ("request_id", "language", "context", "sampling", "sample_rate", "partial_every_s")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_EVERY_S_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    language: str
+    context: str
+    sampling: _common_pb2.SamplingParams
+    sample_rate: int
+    partial_every_s: float
+    def __init__(self, request_id: _Optional[str] = ..., language: _Optional[str] = ..., context: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., sample_rate: _Optional[int] = ..., partial_every_s: _Optional[float] = ...) -> None: ...
+
+class TranscribeChunk(_message.Message):
+    __slots__ = ("config", "pcm16")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    PCM16_FIELD_NUMBER: _ClassVar[int]
+    config: TranscribeStreamConfig
+    pcm16: bytes
+    def __init__(self, config: _Optional[_Union[TranscribeStreamConfig, _Mapping]] = ..., pcm16: _Optional[bytes] = ...) -> None: ...
+
 class Transcript(_message.Message):
     __slots__ = ("language", "text")
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -146,7 +170,7 @@ class Transcript(_message.Message):
     def __init__(self, language: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class TranscribeEvent(_message.Message):
-    __slots__ = ("sequence", "language", "text", "transcript", "usage", "done", "error")
+    __slots__ = ("sequence", "language", "text", "transcript", "usage", "done", "error", "partial")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +178,7 @@ class TranscribeEvent(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     language: str
     text: TextDelta
@@ -161,4 +186,5 @@ class TranscribeEvent(_message.Message):
     usage: _common_pb2.Usage
     done: Done
     error: Error
-    def __init__(self, sequence: _Optional[int] = ..., language: _Optional[str] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+    partial: Transcript
+    def __init__(self, sequence: _Optional[int] = ..., language: _Optional[str] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., transcript: _Optional[_Union[Transcript, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., partial: _Optional[_Union[Transcript, _Mapping]] = ...) -> None: ...

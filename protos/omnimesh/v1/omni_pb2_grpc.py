@@ -50,6 +50,11 @@ class OmniStub:
                 request_serializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeRequest.SerializeToString,
                 response_deserializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeEvent.FromString,
                 _registered_method=True)
+        self.TranscribeStream = channel.stream_stream(
+                '/omnimesh.v1.Omni/TranscribeStream',
+                request_serializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeChunk.SerializeToString,
+                response_deserializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeEvent.FromString,
+                _registered_method=True)
 
 
 class OmniServicer:
@@ -77,6 +82,16 @@ class OmniServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TranscribeStream(self, request_iterator, context):
+        """Transcribes audio as it is recorded (Qwen3-ASR deployments only): the first chunk holds the settings, each chunk
+        may carry PCM. While audio arrives, `partial` events give the transcript of the audio so far; once the client
+        closes its side, Transcribe's events for the whole audio follow (the same transcript a whole-file Transcribe
+        gives).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OmniServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +108,11 @@ def add_OmniServicer_to_server(servicer, server):
             'Transcribe': grpc.unary_stream_rpc_method_handler(
                     servicer.Transcribe,
                     request_deserializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeRequest.FromString,
+                    response_serializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeEvent.SerializeToString,
+            ),
+            'TranscribeStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.TranscribeStream,
+                    request_deserializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeChunk.FromString,
                     response_serializer=omnimesh_dot_v1_dot_omni__pb2.TranscribeEvent.SerializeToString,
             ),
     }
@@ -176,6 +196,33 @@ class Omni:
             target,
             '/omnimesh.v1.Omni/Transcribe',
             omnimesh_dot_v1_dot_omni__pb2.TranscribeRequest.SerializeToString,
+            omnimesh_dot_v1_dot_omni__pb2.TranscribeEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TranscribeStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/omnimesh.v1.Omni/TranscribeStream',
+            omnimesh_dot_v1_dot_omni__pb2.TranscribeChunk.SerializeToString,
             omnimesh_dot_v1_dot_omni__pb2.TranscribeEvent.FromString,
             options,
             channel_credentials,
