@@ -12,7 +12,7 @@ from runtime.engine.engine import PendingTokens
 from runtime.engine.scheduler import PENDING_TOKEN, ScheduledBatch, ScheduledRow
 from runtime.engine.sequence import Sequence
 from runtime.transfer import to_device
-from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraphs
+from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraph, StepGraphs
 from services.thinker.model import DeepstackInput, ThinkerLM
 from services.thinker.model.hybrid_lm import HybridLM
 from services.thinker.model.linear_state import StateContext, build_state_context
@@ -131,10 +131,15 @@ class ThinkerRunner:
         positions = torch.cat(packed.positions, dim=1)  # [3, T] on the host
         self.graphs.prepare(graph, packed.token_ids, positions, q_lens, kv_lens, tables)
         self._fill_pending(graph.ids, packed, pending)
+        self._before_replay(graph)
         hidden = self.graphs.execute(graph)[:len(packed.token_ids)]  # [T, H]
         if all(r.samples for r in batch.rows) and len(packed.token_ids) == len(batch.rows):
             return self.model.compute_logits(hidden)  # decode: every row samples
         return self.model.compute_logits(hidden[self._sampling_rows(batch, hidden.device)])
+
+    def _before_replay(self, graph: StepGraph) -> None:
+        """Runs just before `graph` replays its filled inputs: a tensor-parallel rank 0 tells its workers which
+        graph to replay beside it (services/thinker/parallel/runner.py)."""
 
     def _state_context(self, batch: ScheduledBatch) -> StateContext:
         """Each row's state slot; a row starting its sequence (first step, or recompute after preemption) zeroes it."""

@@ -1,0 +1,25 @@
+"""The thinker's runner on rank 0 of a tensor-parallel group: ThinkerRunner over the rank's shard (KV cache of its
+KV heads), which first has the workers allocate theirs and capture the same graphs, and tells them each replay.
+Scheduling, packing, sampling rows and logits stay ThinkerRunner's, run once here."""
+from __future__ import annotations
+
+import torch
+
+from services.thinker.graphs import GraphSettings, StepGraph
+from services.thinker.parallel.messages import GraphStep, Prepare
+from services.thinker.parallel.sharded_lm import ShardedThinkerLM
+from services.thinker.runner import ThinkerRunner
+
+
+class ParallelRunner(ThinkerRunner):
+    def __init__(self, model: ShardedThinkerLM, num_blocks: int, block_size: int, device: torch.device,
+                 dtype: torch.dtype, graphs: GraphSettings | None = None, num_state_slots: int = 0) -> None:
+        assert model.driver is not None, "rank 0's model drives the workers"
+        self.driver = model.driver
+        use_graphs = graphs is not None and model.use_kernels
+        self.driver.send(Prepare(num_blocks, block_size, graphs if use_graphs else None))
+        with model.quiet():  # every rank warms up and captures its own graphs, the collectives in step
+            super().__init__(model, num_blocks, block_size, device, dtype, graphs, num_state_slots)
+
+    def _before_replay(self, graph: StepGraph) -> None:
+        self.driver.send(GraphStep(graph.kind, graph.num_tokens))

@@ -1,0 +1,118 @@
+"""A tensor-parallel worker process (ranks 1..N-1): joins the group, loads its shard, then runs every forward rank 0
+announces on its own KV cache shard until told to stop, or until rank 0 is gone."""
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import torch
+
+from runtime.attention.kv_cache import allocate_kv_cache
+from runtime.stage_device import stage_device
+from services.thinker.graphs import StepGraphs
+from services.thinker.model.config import ThinkerConfig
+from services.thinker.parallel.collectives import join_group, leave_group
+from services.thinker.parallel.messages import EagerStep, Failed, GraphStep, Prepare, Ready, Stop
+from services.thinker.parallel.plan import plan_rank
+from services.thinker.parallel.sharded_lm import ShardedThinkerLM
+
+log = logging.getLogger(__name__)
+
+PARENT_CHECK_S = 1.0  # how often an idle worker looks whether rank 0 still lives
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    ckpt_dir: Path
+    rank: int
+    world: int
+    host: str
+    port: int  # rank 0's TCP store
+    device: str
+    dtype: str  # a torch dtype's name
+    cpu_threads: int
+    timeout_s: float
+    use_kernels: bool | None
+
+
+class _Worker:
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.device = stage_device(spec.device, spec.cpu_threads)
+        self.dtype = getattr(torch, spec.dtype)
+        group = join_group(spec.host, spec.port, spec.rank, spec.world, self.device, spec.timeout_s)
+        plan = plan_rank(ThinkerConfig.from_checkpoint(spec.ckpt_dir), spec.rank, spec.world)
+        self.model = ShardedThinkerLM.load_shard(spec.ckpt_dir, plan, group, self.device, self.dtype,
+                                                 spec.use_kernels)
+        self.kv_caches: list[torch.Tensor] = []
+        self.graphs: StepGraphs | None = None
+        self.x_static: torch.Tensor | None = None  # the graphs' input embeddings, which rank 0 broadcasts into
+
+    @torch.inference_mode()
+    def prepare(self, msg: Prepare) -> None:
+        cfg = self.model.cfg
+        use_graphs = msg.graphs is not None
+        self.kv_caches = allocate_kv_cache(len(cfg.kv_layers), msg.num_blocks + int(use_graphs), msg.block_size,
+                                           cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device)
+        if msg.graphs is None:
+            return
+        rows = max((*msg.graphs.decode_buckets, *msg.graphs.prefill_buckets), default=0)
+        self.x_static = torch.zeros(rows, cfg.hidden_size, dtype=self.dtype, device=self.device)
+        self.graphs = StepGraphs(self._graph_forward, msg.graphs, msg.block_size, msg.num_blocks, self.device,
+                                 capture=self.device.type == "cuda")
+        self.graphs.capture()  # in step with rank 0's: same shapes, same order, same warm-ups
+
+    def _graph_forward(self, ids: torch.Tensor, positions: torch.Tensor, ctx) -> torch.Tensor:
+        assert self.x_static is not None
+        return self.model(self.x_static[:ids.shape[0]], positions, ctx, self.kv_caches).hidden
+
+    @torch.inference_mode()
+    def eager(self, step: EagerStep) -> None:
+        x, positions, ctx, deepstack = self.model.step_inputs(step, self.device, self.dtype)
+        self.model(x, positions, ctx, self.kv_caches, deepstack=deepstack)
+
+    @torch.inference_mode()
+    def replay(self, step: GraphStep) -> None:
+        assert self.graphs is not None, "a graph step before graphs were captured"
+        table = self.graphs.decode if step.kind == "decode" else self.graphs.prefill
+        self.graphs.execute(table[step.size])
+
+
+def run_worker(spec: WorkerSpec, conn: Connection) -> None:
+    """The process target. Setup errors go back to rank 0 as Failed; a step error ends the process, which makes
+    rank 0's next collective (or its liveness check) fail rather than hang."""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s tp-rank{spec.rank} %(levelname)s %(message)s")
+    parent = os.getppid()
+    try:
+        worker = _Worker(spec)
+    except Exception:  # noqa: BLE001 - any setup failure is reported whole
+        conn.send(Failed(traceback.format_exc()))
+        leave_group()
+        raise SystemExit(1) from None
+    conn.send(Ready())
+    try:
+        while True:
+            if not conn.poll(PARENT_CHECK_S):
+                if os.getppid() != parent:
+                    log.error("rank 0 (pid %d) is gone; exiting", parent)
+                    raise SystemExit(1)
+                continue
+            msg = conn.recv()
+            if isinstance(msg, EagerStep):
+                worker.eager(msg)
+            elif isinstance(msg, GraphStep):
+                worker.replay(msg)
+            elif isinstance(msg, Prepare):
+                worker.prepare(msg)
+            elif isinstance(msg, Stop):
+                break
+            else:
+                raise TypeError(f"tensor-parallel worker got {msg!r}")
+    except EOFError:
+        log.error("rank 0 closed the pipe; exiting")
+        raise SystemExit(1) from None
+    finally:
+        leave_group()

@@ -1,0 +1,65 @@
+"""TP2 over gloo (this process is rank 0, one spawned worker) against the single-rank ThinkerLM on the Omni demo
+checkpoint (MoE): prefill of two sequences with deepstack rows, then a decode step on the paged KV shards."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime.attention import allocate_kv_cache, build_attention_context
+from services.thinker.model import DeepstackInput, ThinkerLM
+from services.thinker.parallel.launch import load_parallel_thinker
+from services.thinker.parallel.messages import Prepare
+from services.thinker.parallel.sharded_lm import ShardedThinkerLM
+
+BLOCK = 8
+NUM_BLOCKS = 8
+TABLES = [[0, 1], [2]]
+
+
+@pytest.fixture(scope="module")
+def tp2(demo_ckpt: Path) -> Iterator[ShardedThinkerLM]:
+    model = load_parallel_thinker(demo_ckpt, 2, torch.device("cpu"), torch.float32, cpu_threads=1, timeout_s=30)
+    try:
+        yield model
+    finally:
+        model.driver.close()
+
+
+def _steps(model: ThinkerLM, kv: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """Logits of a prefill (7 and 3 tokens, deepstack on two rows) and of the next decode step."""
+    gen = torch.Generator().manual_seed(seed)
+    cfg = model.cfg
+    ids = torch.randint(0, cfg.vocab_size, (10,), generator=gen)
+    positions = torch.cat([torch.arange(7), torch.arange(3)]).expand(3, -1).contiguous()
+    ctx = build_attention_context([7, 3], [7, 3], TABLES, BLOCK)
+    deepstack = DeepstackInput(torch.tensor([2, 8]), [torch.randn(2, cfg.hidden_size, generator=gen)
+                                                      for _ in range(cfg.num_deepstack)])
+    prefill = model(model.embed(ids), positions, ctx, kv, deepstack=deepstack).hidden
+    ids = torch.randint(0, cfg.vocab_size, (2,), generator=gen)
+    ctx = build_attention_context([1, 1], [8, 4], TABLES, BLOCK)
+    decode = model(model.embed(ids), torch.tensor([7, 3]).expand(3, -1).contiguous(), ctx, kv).hidden
+    return [model.compute_logits(prefill), model.compute_logits(decode)]
+
+
+@torch.inference_mode()
+def test_tp2_logits_equal_single_rank(demo_ckpt: Path, tp2: ShardedThinkerLM) -> None:
+    single = ThinkerLM.load(demo_ckpt)
+    cfg = single.cfg
+    assert (tp2.cfg.num_heads, tp2.cfg.num_kv_heads) == (cfg.num_heads // 2, cfg.num_kv_heads // 2)
+    assert tp2.cfg.moe_intermediate_size == cfg.moe_intermediate_size // 2
+    kv_single = allocate_kv_cache(cfg.num_layers, NUM_BLOCKS, BLOCK, cfg.num_kv_heads, cfg.head_dim,
+                                  torch.float32, "cpu")
+    tp2.driver.send(Prepare(NUM_BLOCKS, BLOCK, None))
+    kv_tp = allocate_kv_cache(cfg.num_layers, NUM_BLOCKS, BLOCK, tp2.cfg.num_kv_heads, cfg.head_dim,
+                              torch.float32, "cpu")
+    expected = _steps(single, kv_single, seed=3)
+    got = _steps(tp2, kv_tp, seed=3)
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+        assert g.argmax(-1).tolist() == e.argmax(-1).tolist()
+    # rank 0 holds half of each expert and of the attention heads' KV, not a copy of the whole decoder
+    moe = tp2.layers[0].mlp
+    assert moe.gate_up_proj.shape[1] == cfg.moe_intermediate_size and kv_tp[0].shape[3] == 1
