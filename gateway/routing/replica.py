@@ -28,7 +28,7 @@ class ThinkerReplica:
         self.stub = thinker_pb2_grpc.ThinkerStub(channel)
         self.index = CacheIndex()
         self.serving = False
-        self.reported_load = 0  # running + waiting, as last reported
+        self.others_load = 0  # other gateways' requests on it, as of its last report: its total less ours then
         self.kv_usage = 0.0
         self.in_flight = 0  # this gateway's requests on it now: exact, where the report lags by an interval
         self._on_change = on_change
@@ -36,8 +36,9 @@ class ThinkerReplica:
 
     @property
     def load(self) -> int:
-        """Requests in flight on it: its report covers every gateway's, ours counts those sent since."""
-        return max(self.reported_load, self.in_flight)
+        """Requests in flight on it (running + waiting): ours counted now, other gateways' as last reported. Ours
+        taken from the report instead would lag it, and move conversations off a replica that just freed up."""
+        return self.others_load + self.in_flight
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._watch_health(), name=f"health-{self.name}"),
@@ -82,7 +83,7 @@ class ThinkerReplica:
                         interval_ms=REPORT_INTERVAL_MS)):
                     self.index.apply(event.snapshot, list(event.stored), list(event.evicted), event.block_size,
                                      event.prefix_cache)
-                    self.reported_load = event.load.running + event.load.waiting
+                    self.others_load = max(0, event.load.running + event.load.waiting - self.in_flight)
                     self.kv_usage = event.load.kv_usage
             except grpc.aio.AioRpcError as err:
                 if err.code() == grpc.StatusCode.UNIMPLEMENTED:  # a thinker older than routing: by load alone
@@ -90,5 +91,5 @@ class ThinkerReplica:
                     return
                 log.debug("thinker replica %s: cache events ended (%s)", self.name, err.code().name)
             self.index.forget()
-            self.reported_load, self.kv_usage = 0, 0.0
+            self.others_load, self.kv_usage = 0, 0.0
             await asyncio.sleep(RETRY_S)
