@@ -46,8 +46,9 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
 
     async def TranscribeStream(self, chunks: AsyncIterator[omni_pb2.TranscribeChunk],
                                context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.TranscribeEvent]:
-        chunks = _decodable(chunks)
+        chunks = aiter(chunks)
         first = await anext(chunks, None) or omni_pb2.TranscribeChunk()  # none at all: refused for its missing config
+        rest = _decodable(chunks)  # the first is refused in _served, after the key check, as a unary request is
 
         async def events(first: omni_pb2.TranscribeChunk,
                          context: grpc.aio.ServicerContext) -> AsyncIterator[omni_pb2.TranscribeEvent]:
@@ -57,7 +58,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
             audio = PcmBuffer(settings.sample_rate, self._cfg.max_audio_seconds)
             audio.add(first, 0)
             seq = 0
-            async for ev in transcribe_stream(self._transcriber, settings, audio, chunks, context.time_remaining):
+            async for ev in transcribe_stream(self._transcriber, settings, audio, rest, context.time_remaining):
                 yield _transcribe_to_pb(seq, ev)
                 seq += 1
 
