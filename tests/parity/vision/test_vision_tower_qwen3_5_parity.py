@@ -72,3 +72,20 @@ def test_images_video_and_mixed_batch(ckpt: Path, tower: VisionTower, hf_visual:
 def test_a_model_without_a_tower_is_refused(asr_ckpt: Path) -> None:
     with pytest.raises(ValueError, match="no vision_config: a qwen3-asr checkpoint without a vision tower.*needs audio, thinker"):
         VisionTowerConfig.from_checkpoint(asr_ckpt)
+
+
+@pytest.mark.gpu
+def test_bf16_on_gpu_matches_cpu_fp32_without_host_syncs(ckpt: Path, tower: VisionTower) -> None:
+    from tests.parity.vision.test_vision_tower_gpu import assert_close_bf16, backends, media, no_host_sync
+
+    pre = VisionPreprocessor(VisionProcessingConfig.from_checkpoint(ckpt), "cpu")
+    patches, grids = pre.batch(media())
+    want = tower(patches, grids)
+    for attention in backends():
+        gpu = VisionTower.load(ckpt, "cuda", torch.bfloat16, attention=attention)
+        on_device = patches.cuda()
+        gpu(on_device, grids)  # the plan is built (and cached) on the first forward
+        with no_host_sync():
+            got = gpu(on_device, grids)
+        assert got.deepstack == []
+        assert_close_bf16(got, want)
