@@ -48,6 +48,11 @@ def test_a_video_counts_the_frames_its_duration_samples() -> None:
     assert video_bytes(buf.getvalue(), "f", CFG) == 6 * size.height * size.width * 3 * COPIES + 64 * 48 * 4
     worst = CFG.video_max_frames * CFG.video_max_pixels * 3 * COPIES + CFG.max_video_frame_pixels * 4
     assert video_bytes(b"not a video", "f", CFG) == worst
+    # Qwen3.5 (qwen3_vl): the clip is sized as a whole (6 frames of 64x48 -> 64x64 within 4096..25165824 pixels)
+    # and its pixel maximum is the whole clip's, so the worst case is one budget, not one per frame
+    qwen3_vl = VisionMediaConfig(video_sampling="qwen3_vl", video_min_pixels=4096, video_max_pixels=25165824)
+    assert video_bytes(buf.getvalue(), "f", qwen3_vl) == 6 * 64 * 64 * 3 * COPIES + 64 * 48 * 4
+    assert video_bytes(b"not a video", "f", qwen3_vl) == 25165824 * 3 * COPIES + CFG.max_video_frame_pixels * 4
 
 
 def test_audio_counts_its_source_samples_and_the_16_khz_ones() -> None:
