@@ -22,6 +22,7 @@ DEFAULT_VIDEO_FPS = 2.0
 # laid out one per timestamped block).
 VIDEO_SAMPLINGS = ("qwen2_vl", "qwen3_vl")
 QWEN3_VL_VIDEO_PROCESSOR = "Qwen3VLVideoProcessor"
+QWEN3_VL_PROCESSOR = "Qwen3VLProcessor"
 # Qwen3VLVideoProcessor's class defaults, for keys its file leaves out.
 QWEN3_VL_VIDEO_MIN_PIXELS = 128 * 32 * 32
 QWEN3_VL_VIDEO_MAX_PIXELS = 32 * 32 * 768
@@ -94,7 +95,9 @@ class VisionProcessingConfig:
         image_mean = _triple(image.get("image_mean", defaults.image_mean))
         image_std = _triple(image.get("image_std", defaults.image_std))
         fps = video.get("fps")
-        qwen3_vl = video.get("video_processor_type") == QWEN3_VL_VIDEO_PROCESSOR
+        # a checkpoint without a video file still names its processor (Qwen3.5's is Qwen3VLProcessor)
+        qwen3_vl = (video.get("video_processor_type") == QWEN3_VL_VIDEO_PROCESSOR
+                    or (not video and image.get("processor_class") == QWEN3_VL_PROCESSOR))
         # Qwen3-Omni's processor overrides its video file's bounds on every call; Qwen3-VL's takes them from the file
         video_min, video_max = (_pixel_bounds(video, QWEN3_VL_VIDEO_MIN_PIXELS, QWEN3_VL_VIDEO_MAX_PIXELS) if qwen3_vl
                                 else (OMNI_VIDEO_MIN_PIXELS, OMNI_VIDEO_MAX_PIXELS))

@@ -92,3 +92,18 @@ def test_gateway_config_from_processing(tmp_path: Path) -> None:
 def test_gateway_config_validation(kwargs: dict, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         VisionMediaConfig(**kwargs)
+
+
+def test_qwen3_vl_video_rules_from_either_processor_file() -> None:
+    """Qwen3.5's video file names Qwen3VLVideoProcessor (its bounds are per clip); without one, the image file's
+    processor_class says Qwen3VLProcessor and the class defaults apply."""
+    video = {"video_processor_type": "Qwen3VLVideoProcessor", "size": {"shortest_edge": 4096, "longest_edge": 1 << 24},
+             "cap_pixels_per_frame": True, "max_video_tokens": 512}
+    cfg = VisionProcessingConfig.from_dicts({}, video)
+    assert (cfg.video_sampling, cfg.video_min_pixels, cfg.video_max_pixels) == ("qwen3_vl", 4096, 1 << 24)
+    assert (cfg.video_cap_pixels_per_frame, cfg.video_max_tokens_per_frame) == (True, 512)
+    bare = VisionProcessingConfig.from_dicts({"processor_class": "Qwen3VLProcessor"}, None)
+    assert (bare.video_sampling, bare.video_min_pixels, bare.video_max_pixels) == ("qwen3_vl", 128 * 32 * 32,
+                                                                                   32 * 32 * 768)
+    omni = VisionProcessingConfig.from_dicts({"processor_class": "Qwen3OmniMoeProcessor"}, None)
+    assert omni.video_sampling == "qwen2_vl" and not omni.video_cap_pixels_per_frame
