@@ -219,6 +219,14 @@ class StageConfig:
               "use cpu, cuda or cuda:N")
 
 
+def _rank_gpus(device: str, world: int) -> list[int]:
+    """GPU indices of a thinker replica's tensor-parallel ranks (none on CPU; `cuda` stands for cuda:0)."""
+    if not device.startswith("cuda"):
+        return []
+    first = int(device.partition(":")[2] or 0)
+    return list(range(first, first + world))
+
+
 @config_section
 class ThinkerStageConfig(StageConfig):
     """The thinker: its decoder engine and its replicas (data parallel; the gateway routes each request to one)."""
@@ -226,6 +234,10 @@ class ThinkerStageConfig(StageConfig):
     engine: Section[EngineConfig] = Field(default_factory=EngineConfig)
     # processes `omnimesh up` starts, each with its own KV cache (Kubernetes: the chart's thinker.replicas)
     replicas: StrictInt = Field(1, ge=1)
+    # ranks one thinker's decoder is split over (tensor parallel): rank 0 is the stage process, which starts the other
+    # N - 1; on CUDA rank r runs on cuda:k+r from the replica's device cuda:k, on CPU every rank on the CPU (gloo).
+    # N must divide the checkpoint's head counts and expert widths (checked at load, naming the field)
+    tensor_parallel: StrictInt = Field(1, ge=1, description="1: one process, no split")
     # one device per replica, e.g. [cuda:0, cuda:1]; empty: every replica on `device`
     devices: Items[StrictStr] = ()
     # targets of replicas the gateway routes between, e.g. what `omnimesh up` started; beside `address`, which
@@ -239,6 +251,10 @@ class ThinkerStageConfig(StageConfig):
         for device in self.devices:
             check(re.fullmatch(r"cpu|cuda(:\d+)?", device) is not None, "devices", self.devices,
                   f"{device!r} is not a device: use cpu, cuda or cuda:N")
+        ranks = [set(_rank_gpus(d, self.tensor_parallel)) for d in self.devices]
+        check(all(not (a & b) for i, a in enumerate(ranks) for b in ranks[i + 1:]), "devices", self.devices,
+              f"with tensor_parallel {self.tensor_parallel} each replica's ranks take the GPUs from its device on; "
+              "space the replicas' devices so those GPUs do not overlap")
         check(not (self.address and self.addresses), "addresses", self.addresses,
               "set address (one target, or a headless Service's DNS name) or addresses (a list), not both")
 

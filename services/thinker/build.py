@@ -27,12 +27,16 @@ from services.thinker.model import ThinkerLM
 from services.thinker.model.hybrid_lm import HybridLM
 from services.thinker.model.linear_state import LinearStateCache
 from services.thinker.model.loader import load_thinker_lm
+from services.thinker.parallel.launch import load_parallel_thinker
+from services.thinker.parallel.runner import ParallelRunner
+from services.thinker.parallel.sharded_lm import ShardedThinkerLM
 from services.thinker.runner import ThinkerRunner
 from services.thinker.service import ThinkerService
 from services.thinker.servicer import ThinkerServicer
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "omnimesh.v1.Thinker"
+STALL_OFF_TIMEOUT_S = 1200.0  # tensor-parallel collectives' timeout when stall_timeout_s is 0 (never stalled)
 
 
 class EngineParts(NamedTuple):
@@ -59,7 +63,8 @@ def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.d
     if hybrid is not None:
         log.info("thinker: %d linear-attention state slots (%.1f MiB); prefix cache and CUDA graphs off for a "
                  "hybrid model", num_slots, num_slots * LinearStateCache.bytes_per_slot(hybrid, dtype) / 2**20)
-    runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs, num_slots)
+    make_runner = ParallelRunner if isinstance(model, ShardedThinkerLM) else ThinkerRunner
+    runner = make_runner(model, num_blocks, eng.block_size, device, dtype, graphs, num_slots)
     blocks = BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache and hybrid is None, CacheEventLog())
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len), blocks,
                           StateSlots(num_slots) if hybrid is not None else None)
@@ -73,7 +78,11 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     eng = stage.engine
     device = stage_device(stage.device, stage.cpu_threads)
     dtype = getattr(torch, stage.dtype)
-    model = load_thinker_lm(model_dir, device=device, dtype=dtype)
+    if stage.tensor_parallel > 1:  # collectives time out as a hung step would (a dead or stuck rank fails the step)
+        model = load_parallel_thinker(model_dir, stage.tensor_parallel, device, dtype, stage.cpu_threads,
+                                      stage.stall_timeout_s or STALL_OFF_TIMEOUT_S)
+    else:
+        model = load_thinker_lm(model_dir, device=device, dtype=dtype)
     parts = build_engine(model, eng, device, dtype)
     engine = EngineLoop(TokenCore(parts.engine), server.metrics)
     service = ThinkerService(engine, Tokenizer.from_dir(model_dir), server.metrics, parts.max_model_len,
@@ -100,4 +109,12 @@ async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) 
     server.add_service(thinker_pb2_grpc.add_ThinkerServicer_to_server, servicer, SERVICE_NAME)
     server.not_serving_when("the thinker engine", lambda: service.engine.failure, service.engine.heartbeat,
                             mesh.thinker.stall_timeout_s)
+    if isinstance(model, ShardedThinkerLM):  # a worker that dies while idle takes the stage down too
+        driver = model.driver
+        server.not_serving_when("a tensor-parallel rank", lambda: driver.failure, service.engine.heartbeat, 0)
+
+        def close() -> None:
+            service.engine.close()
+            driver.close()
+        return close
     return service.engine.close
