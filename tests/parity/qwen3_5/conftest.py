@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from services.thinker.model.hybrid_lm import HybridLM
+from tests.parity.qwen3_5.hybrid_harness import NEW_TOKENS, PROMPTS, Reference, reference
 
 
 @pytest.fixture(scope="session", params=["dense", "moe"])
@@ -30,3 +31,9 @@ def hf_hybrid(hybrid_ckpt: Path, variant: str):
     cls = (transformers.Qwen3_5MoeForConditionalGeneration if variant == "moe"
            else transformers.Qwen3_5ForConditionalGeneration)
     return cls.from_pretrained(hybrid_ckpt, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def references(hf_hybrid) -> list[Reference]:
+    """transformers' prefill logits and greedy run of each of PROMPTS (NEW_TOKENS tokens)."""
+    return [reference(hf_hybrid, prompt, NEW_TOKENS) for prompt in PROMPTS]

@@ -12,15 +12,13 @@ from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.sequence import Sequence
 from services.thinker.build import build_engine
 from services.thinker.model.hybrid_lm import HybridLM
-from tests.parity.qwen3_5.hybrid_harness import reference
+from tests.parity.qwen3_5 import hybrid_harness
+from tests.parity.qwen3_5.hybrid_harness import NEW_TOKENS, Reference
 
 CPU = torch.device("cpu")
-NEW_TOKENS = 6
 NEAR_TIE = 1e-4
-PROMPTS = ([151644, 872, 198, 9707, 11, 1879, 0, 151645, 198, 151644, 77091, 198],
-           [(7 * i + 3) % 5000 + 100 for i in range(70)],
-           [151644, 77091, 198],
-           [(11 * i + 5) % 3000 + 200 for i in range(150)])  # 10 chunks of 16 below; crosses two 64-token chunks
+# plus a long one: 10 chunks of 16 below, across two of the delta rule's 64-token chunks
+PROMPTS = (*hybrid_harness.PROMPTS, [(11 * i + 5) % 3000 + 200 for i in range(150)])
 
 
 class EngineRun:
@@ -48,10 +46,9 @@ def run_engine(model: HybridLM, prompts: list[list[int]], **engine: int) -> Engi
     return EngineRun([tokens[i] for i in range(len(prompts))], preempted, max_rows)
 
 
-def test_engine_greedy_tokens_match_transformers_generate(hybrid_lm: HybridLM, hf_hybrid) -> None:
-    ours = run_engine(hybrid_lm, list(PROMPTS[:3])).tokens
-    for seq, (prompt, tokens) in enumerate(zip(PROMPTS, ours)):
-        run = reference(hf_hybrid, prompt, NEW_TOKENS)
+def test_engine_greedy_tokens_match_transformers_generate(hybrid_lm: HybridLM, references: list[Reference]) -> None:
+    ours = run_engine(hybrid_lm, list(hybrid_harness.PROMPTS)).tokens
+    for seq, (run, tokens) in enumerate(zip(references, ours)):
         for step, (mine, theirs) in enumerate(zip(tokens, run.tokens)):
             if mine != theirs:
                 top2 = run.step_logits[step].topk(2).values
