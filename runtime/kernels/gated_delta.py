@@ -13,6 +13,7 @@ from types import ModuleType
 import torch
 
 from runtime.kernels.gated_delta_reference import chunk_gated_delta_rule, recurrent_gated_delta_step
+from runtime.transfer import to_device
 
 
 @functools.cache
@@ -71,11 +72,12 @@ def _prefill_fla(
     bounds = [0]
     for _, count, _ in rows:
         bounds.append(bounds[-1] + count)
-    device = q.device
-    cu_seqlens = torch.tensor(bounds, dtype=torch.long).to(device, non_blocking=True)
-    slots = torch.tensor([slot for _, _, slot in rows], dtype=torch.long).to(device, non_blocking=True)
+    cu_host = torch.tensor(bounds, dtype=torch.long)
+    cu_seqlens = to_device(cu_host, q.device)
+    slots = to_device(torch.tensor([slot for _, _, slot in rows], dtype=torch.long), q.device)
+    # the host copy of cu_seqlens lets fla plan its chunks without reading the device one back (a sync)
     out, final = _fla().chunk_gated_delta_rule(
         q=q[None], k=k[None], v=v[None], g=g[None], beta=beta[None], initial_state=states.index_select(0, slots),
-        output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
+        output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_host)
     states.index_copy_(0, slots, final.to(states.dtype))
     return out[0]
