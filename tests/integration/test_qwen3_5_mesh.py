@@ -4,8 +4,8 @@ transformers' `generate` on the demo checkpoints, except at near-ties."""
 from __future__ import annotations
 
 import io
-import subprocess
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 

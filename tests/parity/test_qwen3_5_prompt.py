@@ -133,7 +133,8 @@ def test_prompt_ids_and_positions_equal_transformers(qwen3_5_ckpt: Path, case: s
     prompt, decoded = asyncio.run(gateway_prompt(qwen3_5_ckpt, parts))
 
     proc = processor_with_video(qwen3_5_ckpt, video if "video" in CASES[case] else None)
-    hf_parts = [p for kind in CASES[case] for p in ({"type": kind}, {"type": "text", "text": f"What is in the {kind}?"})]
+    hf_parts = [p for kind in CASES[case]
+                for p in ({"type": kind}, {"type": "text", "text": f"What is in the {kind}?"})]
     text = proc.apply_chat_template([{"role": "system", "content": "Be brief."}, {"role": "user", "content": hf_parts}],
                                     add_generation_prompt=True, tokenize=False)
     kwargs = {"images": [Image.open(io.BytesIO(image))]} if "image" in CASES[case] else {}

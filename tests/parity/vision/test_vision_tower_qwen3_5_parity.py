@@ -70,7 +70,8 @@ def test_images_video_and_mixed_batch(ckpt: Path, tower: VisionTower, hf_visual:
 
 
 def test_a_model_without_a_tower_is_refused(asr_ckpt: Path) -> None:
-    with pytest.raises(ValueError, match="no vision_config: a qwen3-asr checkpoint without a vision tower.*needs audio, thinker"):
+    with pytest.raises(ValueError, match="no vision_config: a qwen3-asr checkpoint without a vision tower.*needs "
+                                         "audio, thinker"):
         VisionTowerConfig.from_checkpoint(asr_ckpt)
 
 
