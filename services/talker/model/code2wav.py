@@ -149,20 +149,3 @@ class Code2Wav(nn.Module):
 
         self.graphs = Code2WavGraphs(self, max_batch, max_graphs, capture)
         return self.graphs
-
-
-def chunked_decode(model: Code2Wav, codes: torch.Tensor, chunk_size: int = 300, left_context: int = 25) -> torch.Tensor:
-    """The reference's offline chunking: decode `[start - ctx, end)`, drop the context's samples, concatenate.
-
-    Each chunk's held-back tail is never produced, so the result is `held_back` samples shorter per chunk
-    than a full decode; kept as is because `generate` in transformers produces exactly this.
-    """
-    pieces = []
-    start, total = 0, codes.shape[-1]
-    while start < total:
-        end = min(start + chunk_size, total)
-        ctx = min(left_context, start)
-        wav = model(codes[..., start - ctx : end])
-        pieces.append(wav[..., ctx * model.samples_per_frame :])
-        start = end
-    return torch.cat(pieces, dim=-1)

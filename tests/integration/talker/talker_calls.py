@@ -12,7 +12,7 @@ import torch
 from omnimesh.v1 import common_pb2, talker_pb2, talker_pb2_grpc, thinker_pb2
 from runtime.checkpoint import token_ids as T
 from runtime.tensor_codec import encode_tensor
-from services.talker.model.generate import SpeechResult, lockstep_generate
+from tests.talker_lockstep import SpeechResult, lockstep_generate
 from services.talker.model.load import TalkerModel
 from services.talker.model.mrope import VisualGrid
 from services.talker.model.prompt import SpeechPrompt

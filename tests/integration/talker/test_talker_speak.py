@@ -14,7 +14,7 @@ from runtime.metrics import Metrics
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt
 from services.talker.model.sampling import TalkerSampling
-from services.talker.model.generate import lockstep_generate
+from tests.talker_lockstep import lockstep_generate
 from gateway.clients.talker import SpeakSetup, SpeechDone, TalkerClient, TalkerFeed
 from tests.integration.talker.conftest import CHUNK, FIRST_CHUNK, MAX_FRAMES
 from tests.integration.talker.talker_calls import (

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from runtime.checkpoint import token_ids as T
-from services.talker.model.generate import SpeechResult
+from tests.talker_lockstep import SpeechResult
 
 NEAR_TIE = 1e-4  # a top-2 logit gap below this may flip under fp32 reordering; parity stops counting there
 

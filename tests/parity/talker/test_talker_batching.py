@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from runtime.checkpoint import token_ids as T
-from services.talker.model.generate import lockstep_generate
+from tests.talker_lockstep import lockstep_generate
 from services.talker.model.load import TalkerModel
 from services.talker.model.mrope import VisualGrid
 from services.talker.model.prompt import SpeechPrompt

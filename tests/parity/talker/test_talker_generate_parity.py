@@ -18,7 +18,7 @@ from tests.parity.talker.talker_reference import (
 
 from runtime.checkpoint import token_ids as T
 from runtime.checkpoint.hf_compat import apply_talker_audio_config_fix
-from services.talker.model.generate import lockstep_generate
+from tests.talker_lockstep import lockstep_generate
 from services.talker.model.load import TalkerModel, load_talker_model
 from services.talker.model.mrope import VisualGrid
 from services.talker.model.prompt import SpeechPrompt, user_turn_positions

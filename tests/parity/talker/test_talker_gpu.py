@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from services.talker.model.code2wav_stream import StreamingCode2Wav
-from services.talker.model.generate import lockstep_generate
+from tests.talker_lockstep import lockstep_generate
 from services.talker.model.load import TalkerModel, load_talker_model
 from services.talker.model.moe import TalkerMoE
 from services.talker.model.prompt import SpeechPrompt

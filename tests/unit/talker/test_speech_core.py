@@ -17,7 +17,8 @@ from runtime.engine.engine_loop import EngineLoop
 from runtime.engine.request_stream import RequestStream
 from runtime.errors import InvalidArgument, Unavailable
 from runtime.metrics import Metrics
-from services.talker.model.generate import TalkerRunner, lockstep_generate
+from services.talker.model.generate import TalkerRunner
+from tests.talker_lockstep import lockstep_generate
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt
 from services.talker.model.sampling import GREEDY, TalkerSampling

@@ -6,7 +6,8 @@ import torch
 
 from runtime.checkpoint import token_ids as T
 from runtime.errors import InvalidArgument
-from services.talker.model.generate import RowStart, TalkerRunner, TalkerState, lockstep_generate
+from services.talker.model.generate import RowStart, TalkerRunner, TalkerState
+from tests.talker_lockstep import lockstep_generate
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt
 from services.talker.model.sampling import GREEDY, TalkerSampling
