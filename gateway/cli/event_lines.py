@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 
-from omnimesh import AudioDelta, AudioFailed, Done, Language, OmnimeshError, TextDelta, Transcript, Usage
+from omnimesh import AudioDelta, AudioFailed, Done, Language, OmnimeshError, Partial, TextDelta, Transcript, Usage
 
 
 def event_json(event: object) -> dict:
@@ -32,6 +32,8 @@ def event_json(event: object) -> dict:
         return {"type": "language", "language": event.language}
     if isinstance(event, Transcript):
         return {"type": "transcript", "language": event.language, "text": event.text}
+    if isinstance(event, Partial):
+        return {"type": "partial", "language": event.language, "text": event.text}
     assert isinstance(event, AudioFailed), f"no JSON line for a {type(event).__name__}"
     return {"type": "error", "code": event.code, "message": event.message, "stage": event.stage}
 

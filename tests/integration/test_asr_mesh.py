@@ -284,3 +284,21 @@ def test_streamed_pcm_errors_name_the_field(addr: str, wav: Path) -> None:
             with pytest.raises(grpc.RpcError) as caught:
                 list(call(iter(chunks), timeout=60))
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and caught.value.details().startswith(field)
+
+
+def test_transcribe_partial_every_streams_the_file_as_a_recording(addr: str, wav: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    flags = ["--language", "en", "--max-tokens", str(MAX_NEW)]
+    _, whole = transcribe_json(addr, *flags, str(wav))
+    code, events = transcribe_json(addr, *flags, "--partial-every", "0.5", str(wav))
+    assert code == 0, events
+    partials = [e for e in events if e["type"] == "partial"]
+    for e in whole + events:
+        e.pop("cached_prompt_tokens", None)  # a run after another of the same audio reads its cached KV
+    assert partials and events[:len(partials)] == partials and events[len(partials):] == whole
+    not_audio = tmp_path / "x.wav"
+    not_audio.write_bytes(b"not audio at all")
+    run = subprocess.run([OMNIMESH, "transcribe", "--addr", addr, "--partial-every", "0.5", str(not_audio)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and "cannot read its samples" in run.stderr
