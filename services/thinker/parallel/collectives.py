@@ -26,29 +26,22 @@ class RankGroup:
         return t
 
 
-def join_group(host: str, port: int, rank: int, world: int, device: torch.device, timeout_s: float) -> RankGroup:
-    """Joins the group through rank 0's TCP store. `timeout_s` bounds the rendezvous and, on gloo, every
-    collective: a rank that died or hung makes the others raise instead of waiting for ever."""
-    store = dist.TCPStore(host, port, world, is_master=False, timeout=timedelta(seconds=timeout_s))
-    return _init(store, rank, world, device, timeout_s)
+def host_store(host: str, world: int, timeout_s: float) -> dist.TCPStore:
+    """Rank 0's TCP store on a free port (the OS picks it: `store.port`); the workers join through it."""
+    return dist.TCPStore(host, 0, world, is_master=True, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
 
 
-def host_group(host: str, world: int, device: torch.device, timeout_s: float) -> tuple[dist.TCPStore, int]:
-    """Rank 0's TCP store on a free port (the OS picks it); the workers join through it."""
-    store = dist.TCPStore(host, 0, world, is_master=True, timeout=timedelta(seconds=timeout_s),
-                          wait_for_workers=False)
-    return store, store.port
+def worker_store(host: str, port: int, world: int, timeout_s: float) -> dist.TCPStore:
+    return dist.TCPStore(host, port, world, is_master=False, timeout=timedelta(seconds=timeout_s))
 
 
-def init_rank0(store: dist.TCPStore, world: int, device: torch.device, timeout_s: float) -> RankGroup:
-    return _init(store, 0, world, device, timeout_s)
-
-
-def _init(store: dist.TCPStore, rank: int, world: int, device: torch.device, timeout_s: float) -> RankGroup:
+def join_group(store: dist.TCPStore, rank: int, world: int, device: torch.device, timeout_s: float) -> None:
+    """Joins the default process group. Every rank joins once all have loaded their shards, so the join waits only
+    for the others' arrival; `timeout_s` then bounds it and every collective: a rank that died or hangs makes
+    the others raise instead of waiting for ever."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
                             device_id=device if device.type == "cuda" else None)
-    return RankGroup(rank, world)
 
 
 def leave_group() -> None:

@@ -8,9 +8,10 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from services.thinker.parallel.collectives import RankGroup, host_group, init_rank0, leave_group
+from services.thinker.parallel.collectives import RankGroup, host_store, join_group, leave_group
 from services.thinker.parallel.messages import Failed, Ready, Stop
 from services.thinker.parallel.worker import WorkerSpec, run_worker
 
@@ -24,17 +25,20 @@ class RankFailed(RuntimeError):
 
 
 class RankDriver:
-    def __init__(self, workers: list[tuple[mp.Process, Connection]], group: RankGroup) -> None:
+    def __init__(self, workers: list[tuple[mp.Process, Connection]], store: dist.TCPStore, spec: WorkerSpec,
+                 device: torch.device) -> None:
         self.workers = workers
-        self.group = group
+        self.group = RankGroup(0, len(workers) + 1)
+        self._store, self._spec, self._device = store, spec, device
         self._failure: RankFailed | None = None
 
     @classmethod
     def start(cls, spec: WorkerSpec, devices: list[torch.device]) -> RankDriver:
-        """Spawns ranks 1..N-1 from `spec` (its rank and device replaced per worker), joins the group as rank 0
-        (the rendezvous bounded by spec.timeout_s); `wait_ready` then waits for their shards."""
+        """Spawns ranks 1..N-1 from `spec` (its rank and device replaced per worker), which load their shards
+        while rank 0 loads its own; `join` then waits for them and forms the group."""
         world = len(devices)
-        store, port = host_group(spec.host, world, devices[0], spec.timeout_s)
+        store = host_store(spec.host, world, spec.load_timeout_s)
+        port = store.port
         ctx = mp.get_context("spawn")
         workers: list[tuple[mp.Process, Connection]] = []
         for rank in range(1, world):
@@ -44,16 +48,12 @@ class RankDriver:
             proc.start()
             child_end.close()
             workers.append((proc, parent_end))
-        driver = cls(workers, RankGroup(0, world))
-        try:
-            init_rank0(store, world, devices[0], spec.timeout_s)
-        except BaseException:
-            driver.close()
-            raise
-        return driver
+        return cls(workers, store, spec, devices[0])
 
-    def wait_ready(self, timeout_s: float) -> None:
-        """Until every worker has loaded its shard; raises RankFailed naming the rank that did not."""
+    def join(self) -> None:
+        """Waits until every worker has loaded its shard (raising RankFailed naming one that did not), then forms
+        the process group with them."""
+        timeout_s = self._spec.load_timeout_s
         deadline = time.monotonic() + timeout_s
         for rank, (proc, conn) in enumerate(self.workers, start=1):
             while not conn.poll(0.2):
@@ -64,6 +64,7 @@ class RankDriver:
             if isinstance(msg, Failed):
                 raise RankFailed(f"tensor-parallel rank {rank} failed to start:\n{msg.error}")
             assert isinstance(msg, Ready), msg
+        join_group(self._store, 0, self.group.world, self._device, self._spec.timeout_s)
 
     @property
     def failure(self) -> RankFailed | None:

@@ -34,11 +34,11 @@ def load_parallel_thinker(ckpt_dir: Path | str, world: int, device: torch.device
         raise ValueError(f"thinker.tensor_parallel={world} from {device} needs cuda:{devices[-1].index}, but "
                          f"{torch.cuda.device_count()} GPUs are visible")
     spec = WorkerSpec(Path(ckpt_dir), 0, world, LOOPBACK, 0, str(device), str(dtype).removeprefix("torch."),
-                      cpu_threads, timeout_s, use_kernels)
+                      cpu_threads, timeout_s, LOAD_TIMEOUT_S, use_kernels)
     driver = RankDriver.start(spec, devices)
     try:
         model = ShardedThinkerLM.load_shard(ckpt_dir, plan, driver.group, device, dtype, use_kernels)
-        driver.wait_ready(LOAD_TIMEOUT_S)
+        driver.join()
     except BaseException:
         driver.close()
         raise

@@ -15,7 +15,7 @@ from runtime.attention.kv_cache import allocate_kv_cache
 from runtime.stage_device import stage_device
 from services.thinker.graphs import StepGraphs
 from services.thinker.model.config import ThinkerConfig
-from services.thinker.parallel.collectives import join_group, leave_group
+from services.thinker.parallel.collectives import RankGroup, join_group, leave_group, worker_store
 from services.thinker.parallel.messages import EagerStep, Failed, GraphStep, Prepare, Ready, Stop
 from services.thinker.parallel.plan import plan_rank
 from services.thinker.parallel.sharded_lm import ShardedThinkerLM
@@ -35,7 +35,8 @@ class WorkerSpec:
     device: str
     dtype: str  # a torch dtype's name
     cpu_threads: int
-    timeout_s: float
+    timeout_s: float  # every collective's
+    load_timeout_s: float  # the rendezvous store's: rank 0 joins once every rank has loaded its shard
     use_kernels: bool | None
 
 
@@ -43,10 +44,9 @@ class _Worker:
     def __init__(self, spec: WorkerSpec) -> None:
         self.device = stage_device(spec.device, spec.cpu_threads)
         self.dtype = getattr(torch, spec.dtype)
-        group = join_group(spec.host, spec.port, spec.rank, spec.world, self.device, spec.timeout_s)
         plan = plan_rank(ThinkerConfig.from_checkpoint(spec.ckpt_dir), spec.rank, spec.world)
-        self.model = ShardedThinkerLM.load_shard(spec.ckpt_dir, plan, group, self.device, self.dtype,
-                                                 spec.use_kernels)
+        self.model = ShardedThinkerLM.load_shard(spec.ckpt_dir, plan, RankGroup(spec.rank, spec.world), self.device,
+                                                 self.dtype, spec.use_kernels)
         self.kv_caches: list[torch.Tensor] = []
         self.graphs: StepGraphs | None = None
         self.x_static: torch.Tensor | None = None  # the graphs' input embeddings, which rank 0 broadcasts into
@@ -88,12 +88,13 @@ def run_worker(spec: WorkerSpec, conn: Connection) -> None:
     parent = os.getppid()
     try:
         worker = _Worker(spec)
+        store = worker_store(spec.host, spec.port, spec.world, spec.load_timeout_s)
     except Exception:  # noqa: BLE001 - any setup failure is reported whole
         conn.send(Failed(traceback.format_exc()))
-        leave_group()
         raise SystemExit(1) from None
     conn.send(Ready())
     try:
+        join_group(store, spec.rank, spec.world, worker.device, spec.timeout_s)
         while True:
             if not conn.poll(PARENT_CHECK_S):
                 if os.getppid() != parent:

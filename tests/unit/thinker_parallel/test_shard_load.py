@@ -1,0 +1,73 @@
+"""Each rank reads exactly its slices of the checkpoint (per-expert or already fused expert tensors alike), and
+only rank 0 reads the embedding and the LM head."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from runtime.checkpoint.family import read_family
+from services.thinker.model.checkpoint import load_thinker_state_dict
+from services.thinker.model.config import ThinkerConfig
+from services.thinker.parallel.plan import plan_rank
+from services.thinker.parallel.shard_load import load_rank_state_dict
+
+
+@pytest.fixture(scope="module")
+def full(demo_ckpt: Path) -> dict[str, torch.Tensor]:
+    return load_thinker_state_dict(demo_ckpt, ThinkerConfig.from_checkpoint(demo_ckpt), "cpu", torch.float32)
+
+
+def _expected(full: dict[str, torch.Tensor], cfg: ThinkerConfig, rank: int) -> dict[str, torch.Tensor]:
+    """The rank's tensors cut from the whole state dict by hand."""
+    plan = plan_rank(cfg, rank, 2)
+    q, kv, e = plan.q_rows, plan.kv_rows, plan.expert_cols
+    width = cfg.moe_intermediate_size
+    out = {}
+    for name, t in full.items():
+        if name.endswith("q_proj.weight"):
+            t = t[q.start:q.stop]
+        elif name.endswith(("k_proj.weight", "v_proj.weight")):
+            t = t[kv.start:kv.stop]
+        elif name.endswith("o_proj.weight"):
+            t = t[:, q.start:q.stop]
+        elif name.endswith("mlp.gate_up_proj"):
+            t = torch.cat((t[:, e.start:e.stop], t[:, width + e.start:width + e.stop]), dim=1)
+        elif name.endswith("mlp.down_proj"):
+            t = t[:, :, e.start:e.stop]
+        elif name in ("embed_tokens.weight", "lm_head.weight") and rank:
+            continue
+        out[name] = t
+    return out
+
+
+def _assert_equal(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert sorted(got) == sorted(expected)
+    for name, t in expected.items():
+        assert torch.equal(got[name], t), name
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_reads_its_slices_of_per_expert_tensors(demo_ckpt: Path, full: dict[str, torch.Tensor],
+                                                       rank: int) -> None:
+    cfg = ThinkerConfig.from_checkpoint(demo_ckpt)
+    got = load_rank_state_dict(demo_ckpt, plan_rank(cfg, rank, 2), "cpu", torch.float32)
+    _assert_equal(got, _expected(full, cfg, rank))
+    assert got["layers.0.mlp.gate_up_proj"].shape == (cfg.num_experts, cfg.moe_intermediate_size, cfg.hidden_size)
+
+
+def test_a_rank_reads_its_slices_of_fused_expert_tensors(demo_ckpt: Path, full: dict[str, torch.Tensor],
+                                                         tmp_path: Path) -> None:
+    """A checkpoint that stores experts fused ([E, 2I, H] gate then up rows, [E, H, I]) gives the same shard."""
+    family = read_family(demo_ckpt)
+    shutil.copy(demo_ckpt / "config.json", tmp_path / "config.json")
+    tensors = {f"{family.lm_prefix}{n.replace('mlp.', 'mlp.experts.', 1) if 'proj' in n and 'mlp' in n else n}": t
+               for n, t in full.items() if n != "lm_head.weight"}
+    tensors[f"{family.head_prefix}weight"] = full["lm_head.weight"]
+    save_file({n: t.contiguous() for n, t in tensors.items()}, str(tmp_path / "model.safetensors"))
+    cfg = ThinkerConfig.from_checkpoint(tmp_path)
+    _assert_equal(load_rank_state_dict(tmp_path, plan_rank(cfg, 1, 2), "cpu", torch.float32),
+                  _expected(full, cfg, 1))
