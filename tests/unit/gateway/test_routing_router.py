@@ -1,0 +1,82 @@
+"""The router's edges: targets it refuses at start, DNS names resolved per address (with the name kept for TLS),
+and UNAVAILABLE naming the replicas when none serves."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from gateway.routing.discovery import Endpoint, resolve, split_dns
+from gateway.routing.router import ThinkerRouter
+from runtime.errors import Unavailable
+from runtime.metrics import Metrics
+
+
+def test_dns_targets_need_a_port() -> None:
+    assert split_dns("dns:///thinker-headless.ns.svc:50051") == ("thinker-headless.ns.svc", 50051)
+    assert split_dns("127.0.0.1:5") is None
+    with pytest.raises(ValueError, match="a DNS target needs a port, e.g. dns:///thinker-headless:50051"):
+        split_dns("dns:///thinker-headless")
+
+
+def test_a_dns_name_becomes_one_endpoint_per_address_and_others_stay_as_given() -> None:
+    found = asyncio.run(resolve(("dns:///localhost:5000", "10.0.0.9:7", "dns:///no-such-host.invalid:1")))
+    local = [e for e in found if e.authority == "localhost"]
+    assert local and {e.target for e in local} <= {"127.0.0.1:5000", "[::1]:5000"}
+    assert Endpoint("10.0.0.9:7", "") in found and len(found) == len(local) + 1  # the unresolvable name: none
+
+
+def router(targets: tuple[str, ...], wait_s: float = 0.3) -> ThinkerRouter:
+    return ThinkerRouter(targets, lambda ep: grpc.aio.insecure_channel(ep.target), "prefix_aware", 8,
+                         Metrics("gateway", "g0"), wait_s, resolve_s=10.0)
+
+
+def test_no_targets_or_a_malformed_one_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="thinker.address is empty"):
+        router(())
+    with pytest.raises(ValueError, match="needs a port"):
+        router(("dns:///thinker",))
+
+
+def test_no_serving_replica_is_unavailable_after_the_wait() -> None:
+    async def run() -> Unavailable:
+        r = router(("127.0.0.1:1",))  # nothing listens: never serving
+        await r.start()
+        try:
+            with pytest.raises(Unavailable) as err:
+                await r.route([1, 2, 3], (), reuses_cache=True)
+            return err.value
+        finally:
+            await r.close()
+
+    err = asyncio.run(run())
+    assert "no thinker replica is serving (1 known: 127.0.0.1:1); waited 0.3 s" in err.message
+    assert err.stage == "thinker"
+
+
+def test_a_conversation_sticks_to_the_replica_that_took_its_first_turn() -> None:
+    """Its prompt's blocks are expected there from the moment it is routed, before the replica reports them;
+    a request that must compute its KV afresh (talker conditioning) goes by load alone."""
+    from gateway.routing.replica import ThinkerReplica
+    from runtime.engine.block_manager import prompt_block_keys
+
+    async def run() -> list[tuple[str, str, int]]:
+        r = router(("a:1", "b:1"))
+        for name in ("a:1", "b:1"):
+            rep = ThinkerReplica(name, grpc.aio.insecure_channel(name), lambda: None)
+            rep.serving = True
+            rep.index.apply(True, [], [], 4, True)
+            r.replicas[name] = rep
+        r.replicas["a:1"].in_flight = 1  # b is idle: a new prompt goes there
+        turn1 = list(range(10))
+        picks = []
+        for prompt, reuse in ((turn1, True), (turn1 + [50, 51, 52, 53, 54], True), (turn1, False)):
+            replica, choice = await r.route(prompt, (), reuses_cache=reuse)
+            picks.append((replica.name, choice.decision, choice.prefix_blocks))
+            replica.in_flight += 1
+        assert r.replicas["b:1"].index.prefix_blocks(prompt_block_keys(turn1 + [50, 51, 52, 53, 54], (), 4)) == 3
+        await r.close()
+        return picks
+
+    assert asyncio.run(run()) == [("b:1", "least_load", 0), ("b:1", "prefix", 2), ("a:1", "least_load", 0)]
