@@ -163,12 +163,12 @@ def paced_decoder(decoder: ChunkDecoder, side: DeviceQueue) -> None:
 
 
 def paced_runner(model: TalkerModel, rows: int, max_frames: int, prompt_tokens: int, chunk_frames: int,
-                 frame_ms: float | None = None) -> PacedTalker:  # fmt: skip
+                 frame_ms: float | None = None, ahead: bool = False) -> PacedTalker:  # fmt: skip
     """The fast-path runner (FrameGraphs / PrefillGraphs buffers, Code2Wav graph bookkeeping without capture) on
     `model`, with its frame, prefill and Code2Wav forwards replaced by paced stand-ins."""
     queue = DeviceQueue()
     capacity = prompt_tokens + 9 + max_frames + 1
-    runner = TalkerRunner(model, rows, capacity, fast=True, prefill_tokens=4096)
+    runner = TalkerRunner(model, rows, capacity, fast=True, prefill_tokens=4096, defer=True, ahead=ahead)
     assert runner.frames is not None and runner.prefills is not None
     seconds = (frame_ms if frame_ms is not None else interpolate(FRAME_MS, rows)) / 1e3
     frame = PacedFrame(runner.frames.step, queue, seconds)

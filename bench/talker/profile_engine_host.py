@@ -99,10 +99,11 @@ class Setup:
     def runner(self, rows: int, speech: SpeechConfig) -> tuple[TalkerRunner, PacedTalker | None]:
         if self.paced:
             talker = paced_runner(self.model, rows, self.args.frames, len(PROMPT), speech.chunk_frames,
-                                  self.args.frame_ms)
+                                  self.args.frame_ms, ahead=speech.frames_ahead)
             return talker.runner, talker
         capacity = len(PROMPT) + ASSISTANT_PREAMBLE + self.args.frames + 1
-        runner = TalkerRunner(self.model, rows, capacity, fast=True, cuda_graphs=True)
+        runner = TalkerRunner(self.model, rows, capacity, fast=True, cuda_graphs=True, defer=True,
+                              ahead=speech.frames_ahead)
         runner.capture_graphs()
         runner.suppress[self.model.cfg.tokens.codec_eos] = True  # random weights: keep every row to its frames
         self.model.code2wav.enable_cuda_graphs(rows).warm_up(speech.first_chunk_frames, speech.chunk_frames,

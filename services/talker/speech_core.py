@@ -175,7 +175,7 @@ class SpeechCore(StepCore):
 
     def _step_rows(self) -> int:
         """One frame for every ready row; returns the rows it ran."""
-        ahead = self.speech.frames_ahead and self.runner.frames is not None
+        ahead = self.runner.ahead
         if not ahead:
             self.runner.settle()  # the last frame's codes: rows that hit the codec EOS there end now
         ready = [j for j in self._running.values() if j.state is not None and j.state.is_ready]
@@ -183,9 +183,9 @@ class SpeechCore(StepCore):
             self.runner.settle()
             return 0
         t0 = time.perf_counter()
-        # deferred: the frame's new codes are read at the next settle, so decoding and sending audio below
+        # a deferring runner reads the frame's new codes at the next settle, so decoding and sending audio below
         # overlap the GPU's frame instead of waiting for it
-        frames = self.runner.step([j.state for j in ready], defer=True, ahead=ahead)  # (B, G)
+        frames = self.runner.step([j.state for j in ready])  # (B, G)
         # ahead: this frame was launched before the last one's codes were read; a row they end is not in it
         void = {id(s) for s in self.runner.settle(keep=1)} if ahead else set()
         for job, frame in zip(ready, frames.unbind(0)):

@@ -53,9 +53,16 @@ class TalkerRunner:
 
     def __init__(
         self, model: TalkerModel, max_rows: int, max_len: int, record_margins: bool = False,
-        fast: bool = False, cuda_graphs: bool = False, prefill_tokens: int = 4096,
+        fast: bool = False, cuda_graphs: bool = False, prefill_tokens: int = 4096, defer: bool = False,
+        ahead: bool = False,
     ) -> None:  # fmt: skip
+        """`defer` and `ahead` (fast path): how `step` hands back a frame's codes, fixed for the runner's life (see
+        `step`)."""
+        if ahead and not (fast and defer and not record_margins):
+            raise ValueError("TalkerRunner ahead=True launches a frame before reading the last one's codes: it needs "
+                             "fast=True, defer=True and record_margins=False")
         self.model = model
+        self.defer, self.ahead = defer and fast, ahead
         self.kv = model.lm.new_kv(max_rows, max_len)
         self.record_margins = record_margins
         cfg, vocab = model.cfg, model.cfg.lm.vocab_size
@@ -74,7 +81,7 @@ class TalkerRunner:
         self.frames: FrameGraphs | None = None
         self.prefills: PrefillGraphs | None = None  # `fast`: prefills through static buckets (graphs on CUDA)
         # launched fast frames whose new codes the host has not read yet, oldest first (two when the engine
-        # launches a frame before reading the last one's codes: `step(..., ahead=True)`)
+        # launches a frame before reading the last one's codes: `ahead`)
         self._pending: deque[_Pending] = deque()
         if fast:
             step = FrameStep(model, self.kv, self.tables, self.suppress)
@@ -183,30 +190,31 @@ class TalkerRunner:
                 live = [s for s in states if not s.finished]
                 if live:
                     self.step(live)  # their one frame: each row ends there
+                    self.settle()  # a deferring runner reads the frame's codes here
                 for s in states:
                     if not s.finished:
                         self.release(s)
 
     @torch.no_grad()
-    def step(self, states: Sequence[TalkerState], defer: bool = False, ahead: bool = False) -> torch.Tensor:
+    def step(self, states: Sequence[TalkerState]) -> torch.Tensor:
         """One frame for each ready row: `(B, G)` codes (codebook 0 first).
 
-        `defer` (fast path): return as soon as the frame is launched and read its new codes (which may end a row
-        on the codec EOS) in the next `settle()` — the caller's host work then overlaps the GPU's frame. Call
-        `settle()` before choosing the rows of the next step, or, with `ahead` (fast path, deferred), launch this
-        frame first: its inputs need nothing the host reads from the last one (next codes, seen codes and states
-        stay in the slot tables on the device); then `settle(keep=1)` reads the last frame's codes, and a row it
-        ends on the codec EOS must drop this frame's row (and `void_frame` its count).
+        With `defer` (fast path): return as soon as the frame is launched and read its new codes (which may end a
+        row on the codec EOS) in the next `settle()` — the caller's host work then overlaps the GPU's frame. Call
+        `settle()` before choosing the rows of the next step, or, with `ahead`, launch this frame first: its inputs
+        need nothing the host reads from the last one (next codes, seen codes and states stay in the slot tables
+        on the device); then `settle(keep=1)` reads the last frame's codes, and a row it ends on the codec EOS must
+        drop this frame's row (and `void_frame` its count).
         """
-        if not ahead:
+        if not self.ahead:
             self.settle()
-        elif len(self._pending) > 1 or self.frames is None or self.record_margins or not defer:
-            raise RuntimeError("step(ahead=True) needs the deferred fast path and at most one frame in flight")
+        elif len(self._pending) > 1:
+            raise RuntimeError("an ahead step launches with at most one frame in flight: settle(keep=1) after each")
         if not all(s.is_ready for s in states):
             raise RuntimeError("step() got a finished row or one still waiting for thinker text")
         if self.frames is not None and not self.record_margins:
             frames = self._step_fast(states)
-            if not defer:
+            if not self.defer:
                 self.settle()
             return frames
         model, dev = self.model, self.model.device

@@ -64,7 +64,7 @@ def test_frame_graphs_replay_the_fast_step(demo_ckpt: Path) -> None:
     samplings = [TalkerSampling(seed=1), GREEDY, TalkerSampling(seed=3, top_k=5)]
     results = []
     for graphs in (False, True):
-        runner = TalkerRunner(model, 4, 64, fast=True, cuda_graphs=graphs)
+        runner = TalkerRunner(model, 4, 64, fast=True, cuda_graphs=graphs, defer=graphs)
         runner.capture_graphs()
         states = [runner.start(SpeechPrompt(text_prompt([200 + i, 300]), v), 10 + i, smp, max_frames=6 + 3 * i)
                   for i, (v, smp) in enumerate(zip(("ethan", "chelsie", "aiden"), samplings))]  # fmt: skip
@@ -75,7 +75,7 @@ def test_frame_graphs_replay_the_fast_step(demo_ckpt: Path) -> None:
         frames: list[list[list[int]]] = [[] for _ in states]
         while active := [i for i, s in enumerate(states) if not s.finished]:
             # the graphs run is stepped as the engine steps it: codes read back late, through pinned memory
-            for i, row in zip(active, runner.step([states[i] for i in active], defer=graphs)):
+            for i, row in zip(active, runner.step([states[i] for i in active])):
                 frames[i].append(row.tolist())
             runner.settle()
         results.append(frames)

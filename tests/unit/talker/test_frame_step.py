@@ -143,7 +143,7 @@ def test_codec_eos_ends_rows_alike_when_the_codes_are_read_late(model: TalkerMod
     eos = model.cfg.tokens.codec_eos
     results = []
     for fast in (False, True):
-        runner = TalkerRunner(model, 4, 60, fast=fast)
+        runner = TalkerRunner(model, 4, 60, fast=fast, defer=fast)
         samplings = [TalkerSampling(seed=1), GREEDY, TalkerSampling(seed=3, top_k=5)]
         states = [runner.start(prompt(i), 20 + i, smp, max_frames=40) for i, smp in enumerate(samplings)]
         for s in states:
@@ -155,7 +155,7 @@ def test_codec_eos_ends_rows_alike_when_the_codes_are_read_late(model: TalkerMod
             if step == 4:
                 runner.suppress.fill_(True)
                 runner.suppress[eos] = False
-            for i, row in zip(active, runner.step([states[i] for i in active], defer=fast)):
+            for i, row in zip(active, runner.step([states[i] for i in active])):
                 frames[i].append(row.tolist())
             runner.settle()
             step += 1

@@ -41,7 +41,9 @@ def model() -> TalkerModel:
 def engine(model: TalkerModel, request: pytest.FixtureRequest) -> Iterator[EngineLoop]:
     """The runner paths: the reference loop; the fast frame (its graph buffers run eagerly on CPU) whose codes the
     engine reads one iteration later; and the fast frame launched before the last one's codes are read."""
-    runner = TalkerRunner(model, SPEECH.max_rows, 16 + 10 + FRAMES, fast=request.param != "reference")
+    fast = request.param != "reference"
+    runner = TalkerRunner(model, SPEECH.max_rows, 16 + 10 + FRAMES, fast=fast, defer=fast,
+                          ahead=request.param == "ahead")
     speech = dataclasses.replace(SPEECH, frames_ahead=request.param == "ahead",
                                  decodes_in_flight=3 if request.param == "ahead" else 1)
     eng = EngineLoop(SpeechCore(runner, speech, EOS), Metrics("talker", "t"))
@@ -75,6 +77,13 @@ async def _drain(handle: RequestStream) -> tuple[list[AudioOut], FinishedOut]:
 
 def _codes(chunks: list[AudioOut]) -> torch.Tensor:
     return torch.cat([c.codes for c in chunks]).T  # [frames, G] -> (G, T)
+
+
+def test_a_runner_that_steps_ahead_must_be_fast_and_deferred(model: TalkerModel) -> None:
+    for kw in ({"fast": False, "defer": True}, {"fast": True, "defer": False}, {"fast": True, "defer": True,
+                                                                                "record_margins": True}):
+        with pytest.raises(ValueError, match="ahead=True .* needs fast=True, defer=True and record_margins=False"):
+            TalkerRunner(model, 1, 40, ahead=True, **kw)
 
 
 def test_one_request_is_lockstep_generate_in_chunks(engine: EngineLoop, model: TalkerModel) -> None:
@@ -132,7 +141,7 @@ def test_rows_that_end_on_the_codec_eos_give_the_reference_frames(model: TalkerM
             for v, t in zip(voices, texts)]
     assert any(r.codes.shape[1] < FRAMES for r in refs), "the test needs rows that end on the EOS"
     speech = dataclasses.replace(SPEECH, max_rows=4, frames_ahead=True)
-    runner = TalkerRunner(eos_model, speech.max_rows, 16 + 10 + FRAMES, fast=True)
+    runner = TalkerRunner(eos_model, speech.max_rows, 16 + 10 + FRAMES, fast=True, defer=True, ahead=True)
     engine = EngineLoop(SpeechCore(runner, speech, EOS), Metrics("talker", "t"))
     try:
         async def run() -> list[tuple[list[AudioOut], FinishedOut]]:
