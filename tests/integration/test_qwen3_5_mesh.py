@@ -108,7 +108,14 @@ def reference(hf_model: Any, inputs: dict[str, torch.Tensor]) -> tuple[list[int]
 
 
 def test_only_vision_and_thinker_run(mesh: Proc) -> None:
+    import grpc
+
+    from omnimesh.v1 import common_pb2, vision_pb2_grpc
+
     assert set(mesh.ports) == {"vision", "thinker", "gateway"}
+    with grpc.insecure_channel(f"127.0.0.1:{mesh.ports['vision']['grpc_port']}") as channel:
+        info = vision_pb2_grpc.VisionStub(channel).Info(common_pb2.InfoRequest(), timeout=10)
+    assert (info.dims["num_deepstack"], info.dims["out_hidden_size"]) == (0, 64)  # merged embeddings only
 
 
 @pytest.mark.parametrize("kinds", [(), ("image",), ("video",)], ids=["text", "image", "video"])
