@@ -1,12 +1,16 @@
 """TP2 over gloo (this process is rank 0, one spawned worker) against the single-rank ThinkerLM on the Omni demo
-checkpoint (MoE): prefill of two sequences with deepstack rows, then a decode step on the paged KV shards."""
+checkpoint (MoE): prefill of two sequences with deepstack rows, then a decode step on the paged KV shards. Also on
+a variant with one KV head, which both ranks then hold (fewer KV heads than ranks)."""
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from runtime.attention import allocate_kv_cache, build_attention_context
 from services.thinker.model import DeepstackInput, ThinkerLM
@@ -19,9 +23,31 @@ NUM_BLOCKS = 8
 TABLES = [[0, 1], [2]]
 
 
+def _one_kv_head(demo_ckpt: Path, out: Path) -> Path:
+    """The demo checkpoint with its thinker cut to one KV head (every query head reads head 0's k/v rows)."""
+    shutil.copytree(demo_ckpt, out)
+    config = json.loads((out / "config.json").read_text())
+    text = config["thinker_config"]["text_config"]
+    head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    text["num_key_value_heads"] = 1
+    (out / "config.json").write_text(json.dumps(config))
+    tensors = load_file(out / "model.safetensors")
+    for name in [n for n in tensors if n.startswith("thinker.") and n.endswith(("k_proj.weight", "v_proj.weight"))]:
+        tensors[name] = tensors[name][:head_dim].contiguous()
+    save_file(tensors, str(out / "model.safetensors"))
+    return out
+
+
+@pytest.fixture(scope="module", params=["demo", "one_kv_head"])
+def ckpt(request: pytest.FixtureRequest, demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if request.param == "demo":
+        return demo_ckpt
+    return _one_kv_head(demo_ckpt, tmp_path_factory.mktemp("one_kv") / "ckpt")
+
+
 @pytest.fixture(scope="module")
-def tp2(demo_ckpt: Path) -> Iterator[ShardedThinkerLM]:
-    model = load_parallel_thinker(demo_ckpt, 2, torch.device("cpu"), torch.float32, cpu_threads=1, timeout_s=30)
+def tp2(ckpt: Path) -> Iterator[ShardedThinkerLM]:
+    model = load_parallel_thinker(ckpt, 2, torch.device("cpu"), torch.float32, cpu_threads=1, timeout_s=30)
     try:
         yield model
     finally:
@@ -45,10 +71,10 @@ def _steps(model: ThinkerLM, kv: list[torch.Tensor], seed: int) -> list[torch.Te
 
 
 @torch.inference_mode()
-def test_tp2_logits_equal_single_rank(demo_ckpt: Path, tp2: ShardedThinkerLM) -> None:
-    single = ThinkerLM.load(demo_ckpt)
+def test_tp2_logits_equal_single_rank(ckpt: Path, tp2: ShardedThinkerLM) -> None:
+    single = ThinkerLM.load(ckpt)
     cfg = single.cfg
-    assert (tp2.cfg.num_heads, tp2.cfg.num_kv_heads) == (cfg.num_heads // 2, cfg.num_kv_heads // 2)
+    assert (tp2.cfg.num_heads, tp2.cfg.num_kv_heads) == (cfg.num_heads // 2, max(1, cfg.num_kv_heads // 2))
     assert tp2.cfg.moe_intermediate_size == cfg.moe_intermediate_size // 2
     kv_single = allocate_kv_cache(cfg.num_layers, NUM_BLOCKS, BLOCK, cfg.num_kv_heads, cfg.head_dim,
                                   torch.float32, "cpu")
@@ -63,3 +89,4 @@ def test_tp2_logits_equal_single_rank(demo_ckpt: Path, tp2: ShardedThinkerLM) ->
     # rank 0 holds half of each expert and of the attention heads' KV, not a copy of the whole decoder
     moe = tp2.layers[0].mlp
     assert moe.gate_up_proj.shape[1] == cfg.moe_intermediate_size and kv_tp[0].shape[3] == 1
+    assert tp2.layers[0].self_attn.q_proj.weight.shape[0] == cfg.num_heads // 2 * cfg.head_dim
