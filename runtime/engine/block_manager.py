@@ -111,14 +111,20 @@ class BlockManager:
         seq.block_table = []
         seq.block_keys = []
 
-    def match_prefix(self, seq: Sequence) -> int:
-        """At admission: takes the cached blocks that match the start of `seq`; returns the tokens they cover.
+    def is_cached(self, key: bytes) -> bool:
+        return key in self._by_key
+
+    def match_prefix(self, seq: Sequence, max_blocks: int | None = None) -> int:
+        """At admission: takes the cached blocks that match the start of `seq` (at most `max_blocks`: a hybrid
+        model's state exists only at some boundaries); returns the tokens they cover.
 
         At least one token is always left to compute, since the step that computes it samples the next token.
         """
         if not (self.enable_prefix_cache and seq.allow_prefix_cache) or seq.block_table:
             return 0
         limit = reusable_prompt_blocks(seq.num_tokens, self.block_size)
+        if max_blocks is not None:
+            limit = min(limit, max_blocks)
         for key in iter_block_keys(seq.token_ids(0, limit * self.block_size), seq.media_salts, self.block_size):
             block = self._by_key.get(key)
             if block is None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.sequence import FinishReason, Sequence, SequenceStatus
+from runtime.engine.state_prefix import Snapshot, StatePrefixCache
 from runtime.engine.state_slots import StateSlots
 
 # A token the device is still drawing (see Scheduler.advance): never a real id, never sent anywhere
@@ -24,6 +25,8 @@ class SchedulerLimits:
 class ScheduledRow:
     seq: Sequence
     num_tokens: int  # tokens computed this step, from seq.num_computed_tokens
+    restore_from: int | None = None  # hybrid prefix hit: copy this state snapshot into the row's slot first
+    snapshot: Snapshot | None = None  # hybrid: copy the row's state into a snapshot after this step
 
     @property
     def samples(self) -> bool:
@@ -52,13 +55,15 @@ class Scheduler:
     return to the free list at once. A hybrid model's sequences also hold one of `slots` while running.
     """
 
-    def __init__(self, limits: SchedulerLimits, blocks: BlockManager, slots: StateSlots | None = None) -> None:
-        if slots is not None and blocks.enable_prefix_cache:
+    def __init__(self, limits: SchedulerLimits, blocks: BlockManager, slots: StateSlots | None = None,
+                 state_prefix: StatePrefixCache | None = None) -> None:
+        if slots is not None and blocks.enable_prefix_cache and state_prefix is None:
             raise ValueError("enable_prefix_cache: a hybrid model's cached KV blocks come without the linear-attention "
-                             "state at their boundary; turn the prefix cache off for it")
+                             "state at their boundary; give it state snapshots or turn the prefix cache off")
         self.limits = limits
         self.blocks = blocks
         self.slots = slots
+        self.state_prefix = state_prefix
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_prefix_queried_tokens = 0  # prompt tokens looked up in the prefix cache at admission
@@ -90,14 +95,19 @@ class Scheduler:
                 preempted += 1
             if seq.status is not SequenceStatus.RUNNING:
                 continue
+            n, snapshot = self._cut(seq, n)
             self.blocks.grow(seq, n)
-            rows.append(ScheduledRow(seq, n))
+            rows.append(ScheduledRow(seq, n, snapshot=snapshot))
             budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
             if self.slots is not None and self.slots.num_free == 0:
                 break  # every state slot is held: admission waits for a finish, like it does for blocks
             seq = self.waiting[0]
-            self.blocks.match_prefix(seq)
+            if self.state_prefix is not None:
+                restore = self.state_prefix.match(seq)
+            else:
+                restore = None
+                self.blocks.match_prefix(seq)
             n = min(seq.num_uncomputed_tokens, budget)
             if not self.blocks.can_grow(seq, n):
                 self.blocks.free(seq)  # a waiting sequence must not pin cached blocks others could evict
@@ -113,10 +123,15 @@ class Scheduler:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = time.monotonic()
             self.running.append(seq)
+            n, snapshot = self._cut(seq, n)
             self.blocks.grow(seq, n)
-            rows.append(ScheduledRow(seq, n))
+            rows.append(ScheduledRow(seq, n, restore, snapshot))
             budget -= n
         return ScheduledBatch(rows, preempted)
+
+    def _cut(self, seq: Sequence, n: int) -> tuple[int, Snapshot | None]:
+        """A hybrid model's prefill chunk ends at its prompt's snapshot boundary (StatePrefixCache.cut)."""
+        return (n, None) if self.state_prefix is None else self.state_prefix.cut(seq, n)
 
     def _latest_running(self, exclude: Sequence, scheduled: list[ScheduledRow]) -> Sequence | None:
         taken = {r.seq.seq_id for r in scheduled}
@@ -149,6 +164,8 @@ class Scheduler:
                 continue  # aborted while the step ran
             seq.num_computed_tokens += row.num_tokens
             self.blocks.commit(seq)  # blocks full up to the computed tokens: the pending one is past them
+            if row.snapshot is not None:
+                self.state_prefix.bind(row.snapshot)
             if seq.seq_id in drawing:
                 seq.output_ids.append(PENDING_TOKEN)
                 pending.append(seq)

@@ -16,6 +16,7 @@ from runtime.engine.cache_events import CacheEventLog
 from runtime.engine.engine import Engine, ModelRunner
 from runtime.engine.engine_loop import EngineLoop
 from runtime.engine.scheduler import Scheduler, SchedulerLimits
+from runtime.engine.state_prefix import StatePrefixCache
 from runtime.engine.state_slots import StateSlots
 from runtime.engine.token_core import TokenCore
 from runtime.server import StageServer
@@ -51,7 +52,7 @@ class EngineParts(NamedTuple):
 def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.device, dtype: torch.dtype,
                  wrap_runner: Callable[[ThinkerRunner], ModelRunner] = lambda runner: runner) -> EngineParts:
     """The KV cache sized from `eng`, CUDA graphs captured when asked, the scheduler and the engine. A hybrid model
-    (Qwen3.5) also gets `eng.state_slots` state slots, and neither prefix cache nor graphs (both need its state)."""
+    (Qwen3.5) also gets `eng.state_slots` state slots, a prefix cache only with state snapshots, and no graphs."""
     per_block = ThinkerRunner.kv_bytes_per_block(model, eng.block_size, dtype)
     num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
     capacity = num_blocks * eng.block_size
@@ -60,14 +61,21 @@ def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.d
     graphs = GraphSettings(eng.graph_decode_buckets, eng.prefill_token_buckets, eng.max_num_seqs,
                            max_model_len) if eng.cuda_graphs and hybrid is None else None
     num_slots = eng.state_slots if hybrid is not None else 0
+    snapshots = eng.num_state_snapshots if hybrid is not None and eng.enable_prefix_cache else 0
     if hybrid is not None:
-        log.info("thinker: %d linear-attention state slots (%.1f MiB); prefix cache and CUDA graphs off for a "
-                 "hybrid model", num_slots, num_slots * LinearStateCache.bytes_per_slot(hybrid, dtype) / 2**20)
-    make_runner = ParallelRunner if isinstance(model, ShardedThinkerLM) else ThinkerRunner
-    runner = make_runner(model, num_blocks, eng.block_size, device, dtype, graphs, num_slots)
-    blocks = BlockManager(num_blocks, eng.block_size, eng.enable_prefix_cache and hybrid is None, CacheEventLog())
+        log.info("thinker: %d linear-attention state slots and %d snapshots (%.1f MiB), prefix cache %s, no CUDA "
+                 "graphs for a hybrid model", num_slots, snapshots,
+                 (num_slots + snapshots) * LinearStateCache.bytes_per_slot(hybrid, dtype) / 2**20,
+                 "on" if snapshots else "off")
+    if isinstance(model, ShardedThinkerLM):
+        runner = ParallelRunner(model, num_blocks, eng.block_size, device, dtype, graphs, num_slots)
+    else:
+        runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs, num_slots, snapshots)
+    prefix_cache = eng.enable_prefix_cache and (hybrid is None or snapshots > 0)
+    blocks = BlockManager(num_blocks, eng.block_size, prefix_cache, CacheEventLog())
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len), blocks,
-                          StateSlots(num_slots) if hybrid is not None else None)
+                          StateSlots(num_slots) if hybrid is not None else None,
+                          StatePrefixCache(snapshots, blocks) if snapshots else None)
     return EngineParts(Engine(scheduler, wrap_runner(runner)), scheduler, max_model_len, num_blocks, per_block,
                        num_slots or eng.max_num_seqs)
 

@@ -42,14 +42,19 @@ class ThinkerRunner:
     reads_pending_tokens = True
 
     def __init__(self, model: ThinkerLM | HybridLM, num_blocks: int, block_size: int, device: torch.device,
-                 dtype: torch.dtype, graphs: GraphSettings | None = None, num_state_slots: int = 0) -> None:
+                 dtype: torch.dtype, graphs: GraphSettings | None = None, num_state_slots: int = 0,
+                 num_state_snapshots: int = 0) -> None:
         """graphs: capture CUDA graphs of these shapes (GPU kernel path on CUDA; eager static buffers elsewhere);
-        num_state_slots: a hybrid model's linear-attention state slots (the scheduler's StateSlots ids)."""
+        num_state_slots: a hybrid model's linear-attention state slots (the scheduler's StateSlots ids), and
+        num_state_snapshots more after them for its prefix cache (StatePrefixCache's snapshot i is slot
+        num_state_slots + i)."""
         cfg = model.cfg
         self.model = model
         self.device = device
         self.block_size = block_size
-        self.states = model.allocate_states(num_state_slots, device) if isinstance(model, HybridLM) else None
+        self.num_state_slots = num_state_slots
+        self.states = (model.allocate_states(num_state_slots + num_state_snapshots, device)
+                       if isinstance(model, HybridLM) else None)
         use_graphs = graphs is not None and model.use_kernels and self.states is None
         # Graph padding rows write their KV to one extra block that the block manager never hands out.
         self.kv_caches = allocate_kv_cache(len(cfg.kv_layers), num_blocks + int(use_graphs), block_size,
@@ -108,8 +113,10 @@ class ThinkerRunner:
         positions = to_device(torch.cat(packed.positions, dim=1), self.device)  # [3, T]
         capture_layer = self.model.cfg.accept_hidden_layer if packed.capture else None
         if self.states is not None:
+            self._copy_states(batch, restore=True)
             out = self.model(x, positions, ctx, self.kv_caches, capture_layer=capture_layer,
                              states=self._state_context(batch))
+            self._copy_states(batch, restore=False)
         else:
             out = self.model(x, positions, ctx, self.kv_caches, deepstack=deepstack, capture_layer=capture_layer)
         if packed.capture:  # one gather and one copy for all of them (a copy per row synced the stream per row)
@@ -148,6 +155,14 @@ class ThinkerRunner:
         return build_state_context(self.states, [r.num_tokens for r in batch.rows],
                                    [r.seq.state_slot for r in batch.rows],
                                    [r.seq.num_computed_tokens == 0 for r in batch.rows], self.device)
+
+    def _copy_states(self, batch: ScheduledBatch, restore: bool) -> None:
+        """Prefix hits resume from a snapshot (before the forward); boundary rows leave one (after it)."""
+        pairs = [(self.num_state_slots + r.restore_from, r.seq.state_slot) if restore else
+                 (r.seq.state_slot, self.num_state_slots + r.snapshot.index)
+                 for r in batch.rows if (r.restore_from if restore else r.snapshot) is not None]
+        if pairs:
+            self.states.copy([src for src, _ in pairs], [dst for _, dst in pairs])
 
     @staticmethod
     def _sampling_rows(batch: ScheduledBatch, device: torch.device) -> torch.Tensor:

@@ -29,6 +29,13 @@ class LinearStateCache:
             cfg.num_value_heads * cfg.key_head_dim * cfg.value_head_dim * RECURRENT_DTYPE.itemsize
         return len(cfg.linear_layers) * per_layer
 
+    def copy(self, src: list[int], dst: list[int]) -> None:
+        """Every layer's state of slots `src` into slots `dst` (snapshots taken and restored), on the device."""
+        device = self.conv.device
+        src_index, dst_index = (to_device(torch.tensor(v, dtype=torch.long), device) for v in (src, dst))
+        self.conv.index_copy_(1, dst_index, self.conv.index_select(1, src_index))
+        self.recurrent.index_copy_(1, dst_index, self.recurrent.index_select(1, src_index))
+
     def reset(self, slots: torch.Tensor) -> None:
         """Zeroes every layer's state in `slots` (int64, on the cache's device): sequences starting from token 0."""
         self.conv.index_fill_(1, slots, 0)
