@@ -22,4 +22,7 @@ class ParallelRunner(ThinkerRunner):
             super().__init__(model, num_blocks, block_size, device, dtype, graphs, num_state_slots)
 
     def _before_replay(self, graph: StepGraph) -> None:
-        self.driver.send(GraphStep(graph.kind, graph.num_tokens))
+        """A captured graph replays without running Python, so the workers are told which one; an uncaptured one
+        (off CUDA) runs the forward, which announces itself as an eager step."""
+        if graph.graph is not None:
+            self.driver.send(GraphStep(graph.kind, graph.num_tokens))
