@@ -1,4 +1,4 @@
-"""The thinker's streaming path alone: the real server stack (interceptor, servicer, service, AsyncEngine, Engine,
+"""The thinker's streaming path alone: the real server stack (interceptor, servicer, service, EngineLoop, Engine,
 sampler, detokeniser) over a PacedRunner whose steps take a fixed GIL-free time like a GPU's, driven by N
 concurrent Thinker.Generate streams. What it measures is what the thinker process spends per token besides the
 model, and how far that stretches the engine's steps (the asyncio thread shares the GIL with the engine thread).
