@@ -2,16 +2,17 @@
 a copy of the linear-attention state was kept, so the state is snapshotted at such boundaries and a new sequence
 resumes from the deepest one whose blocks are all still cached.
 
-Where: at the last full block of each prompt (what a repeated system prompt, or the next turn of the same chat,
-starts with). A prefill chunk that would run past that boundary is cut there, so the state after it exists to be
-copied. Snapshots live in `num_snapshots` extra state slots of the runner, least recently used evicted first.
+Where: at the block boundary at or before each turn's end in the prompt (a `boundary_tokens` token, e.g.
+<|im_end|>: what a repeated system prompt or a chat's later turns start with), and at the prompt's last full block
+(a repeated prompt). A prefill chunk that would run past such a boundary is cut there, so the state after it exists
+to be copied. Snapshots live in `num_snapshots` extra state slots of the runner, least recently used evicted first.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from typing import NamedTuple
 
-from runtime.engine.block_manager import BlockManager, iter_block_keys, reusable_prompt_blocks
+from runtime.engine.block_manager import BlockManager, block_key, iter_block_keys, media_salt, reusable_prompt_blocks
 from runtime.engine.sequence import Sequence
 
 
@@ -23,13 +24,15 @@ class Snapshot(NamedTuple):
 
 
 class StatePrefixCache:
-    def __init__(self, num_snapshots: int, blocks: BlockManager) -> None:
+    def __init__(self, num_snapshots: int, blocks: BlockManager, boundary_tokens: frozenset[int] = frozenset()
+                 ) -> None:
         if num_snapshots < 1:
             raise ValueError(f"num_snapshots={num_snapshots}: the hybrid prefix cache needs at least one snapshot")
         if not blocks.enable_prefix_cache:
             raise ValueError("the hybrid prefix cache reuses cached KV blocks: enable_prefix_cache must be on")
         self.num_snapshots = num_snapshots
         self.blocks = blocks
+        self.boundary_tokens = boundary_tokens
         self._lru: OrderedDict[int, bytes | None] = OrderedDict.fromkeys(range(num_snapshots))  # oldest first
         self._by_key: dict[bytes, int] = {}
 
@@ -78,14 +81,30 @@ class StatePrefixCache:
         return None
 
     def cut(self, seq: Sequence, num_tokens: int) -> tuple[int, Snapshot | None]:
-        """A prefill chunk of `num_tokens` that would pass the prompt's snapshot boundary ends on it, and the state
-        there is snapshotted (unless it already is)."""
+        """A prefill chunk of `num_tokens` that would pass one of the prompt's snapshot boundaries not snapshotted
+        yet ends on the first such, and the state there is snapshotted. Costs O(num_tokens): only this chunk's
+        tokens are scanned and hashed."""
+        if not seq.allow_prefix_cache:
+            return num_tokens, None
         size = self.blocks.block_size
-        boundary = reusable_prompt_blocks(seq.num_prompt_tokens, size) * size
-        start = seq.num_computed_tokens
-        if not seq.allow_prefix_cache or not start < boundary <= start + num_tokens:
-            return num_tokens, None
-        *_, key = iter_block_keys(seq.token_ids(0, boundary), seq.media_salts, size)
-        if key in self._by_key:
-            return num_tokens, None
-        return boundary - start, Snapshot(self._reserve(), key)
+        start, end = seq.num_computed_tokens, seq.num_computed_tokens + num_tokens
+        last = reusable_prompt_blocks(seq.num_prompt_tokens, size) * size
+        turn_ends = {(i + 1) // size * size for i in range(start, min(end, seq.num_prompt_tokens))
+                     if seq.prompt_ids[i] in self.boundary_tokens}
+        for boundary in sorted(turn_ends | {last}):
+            if start < boundary <= min(end, last):
+                key = self._key_at(seq, boundary)
+                if key not in self._by_key:
+                    return boundary - start, Snapshot(self._reserve(), key)
+        return num_tokens, None
+
+    def _key_at(self, seq: Sequence, boundary: int) -> bytes:
+        """The prefix-cache key of the block ending at `boundary`, chained on from the sequence's named blocks."""
+        size, keys = self.blocks.block_size, seq.block_keys
+        if boundary // size <= len(keys):
+            return keys[boundary // size - 1]
+        key = keys[-1] if keys else None
+        for b in range(len(keys), boundary // size):
+            lo, hi = b * size, (b + 1) * size
+            key = block_key(key, seq.token_ids(lo, hi), media_salt(seq.media_salts, lo, hi))
+        return key

@@ -75,7 +75,10 @@ def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.d
     blocks = BlockManager(num_blocks, eng.block_size, prefix_cache, CacheEventLog())
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len), blocks,
                           StateSlots(num_slots) if hybrid is not None else None,
-                          StatePrefixCache(snapshots, blocks) if snapshots else None)
+                          # chat turns end in <|im_end|>: snapshots there let a shared system prompt or a chat's
+                          # earlier turns be reused by prompts that go on differently
+                          StatePrefixCache(snapshots, blocks, frozenset({model.cfg.im_end_token_id}))
+                          if snapshots else None)
     return EngineParts(Engine(scheduler, wrap_runner(runner)), scheduler, max_model_len, num_blocks, per_block,
                        num_slots or eng.max_num_seqs)
 

@@ -11,7 +11,9 @@ from runtime.engine.sequence import Sequence
 from services.thinker.build import EngineParts, build_engine
 from services.thinker.model.hybrid_lm import HybridLM
 
-SYSTEM = [151644, 8948, 198] + [(13 * i + 7) % 4000 + 300 for i in range(40)] + [151645, 198]
+# 40 tokens ending in <|im_end|>\n: the turn's end gives a snapshot at token 32; with a question the prompt's last
+# full block ends at 48, past what two questions share
+SYSTEM = [151644, 8948, 198] + [(13 * i + 7) % 4000 + 300 for i in range(35)] + [151645, 198]
 QUESTIONS = ([151644, 872, 198, 9707, 11, 1879, 151645, 198, 151644, 77091, 198],
              [151644, 872, 198, 40, 1079, 264, 151645, 198, 151644, 77091, 198])
 
@@ -40,10 +42,9 @@ def test_repeated_system_prompt_and_next_turn_hit_and_match_no_cache(qwen3_5_ckp
     plain, cached = make_engine(model, 0), make_engine(model, 4)
     want1, got1 = generate(plain, 0, turn1), generate(cached, 0, turn1)
     assert got1 == want1 and cached.scheduler.num_prefix_hit_tokens == 0
-    # same system prompt, other question (both open with the same 3 tokens): the snapshot at token 48 is shared
-    other = SYSTEM + QUESTIONS[1]
+    other = SYSTEM + QUESTIONS[1]  # same system prompt, other question: resumes at the system turn's snapshot
     assert generate(cached, 1, other) == generate(plain, 1, other)
-    assert cached.scheduler.num_prefix_hit_tokens == 48 and plain.scheduler.num_prefix_hit_tokens == 0
+    assert cached.scheduler.num_prefix_hit_tokens == 32 and plain.scheduler.num_prefix_hit_tokens == 0
     turn2 = turn1 + want1 + [151645, 198] + QUESTIONS[1]  # the chat's next turn: resumes after turn 1's prompt
     hits_before = cached.scheduler.num_prefix_hit_tokens
     assert generate(cached, 2, turn2) == generate(plain, 2, turn2)

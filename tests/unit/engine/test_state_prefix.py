@@ -76,3 +76,16 @@ def test_refusals() -> None:
         StatePrefixCache(0, BlockManager(8, 4))
     with pytest.raises(ValueError, match="enable_prefix_cache"):
         StatePrefixCache(2, BlockManager(8, 4, enable_prefix_cache=False))
+
+
+def test_turn_ends_are_boundaries_too_so_another_question_reuses_the_system_prompt() -> None:
+    blocks = BlockManager(64, 4, enable_prefix_cache=True)
+    sched = Scheduler(SchedulerLimits(4, 64, 1000), blocks, StateSlots(4), StatePrefixCache(4, blocks, frozenset({7})))
+    system = [100, 101, 102, 103, 104, 105, 106, 107, 108, 7]  # turn ends at 10: its block boundary is 8
+    first = run(sched, seq(0, system + [1, 2, 3, 4, 5, 6, 8]))  # 17 tokens: last reusable boundary 16
+    assert [r.num_tokens for b in first for r in b.rows] == [8, 8, 1]
+    assert [r.snapshot is not None for b in first for r in b.rows] == [True, True, False]
+    other = seq(1, system + [9, 9, 9, 9, 9, 9, 9])
+    batches = run(sched, other)
+    assert batches[0].rows[0].restore_from == first[0].rows[0].snapshot.index
+    assert other.num_cached_prompt_tokens == 8
