@@ -1,0 +1,24 @@
+"""The thinker-replicas benchmark end to end on CPU: two replicas, both gateways, one level, a result file that
+names what the lead's GPU run will report."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.thinker.bench_replicas import main
+
+
+def test_tiny_run_compares_both_policies_on_the_same_replicas(tmp_path: Path) -> None:
+    out = tmp_path / "replicas.json"
+    main(["--tiny", "--out", str(out), "--concurrency", "2", "--turns", "2", "--conversations-per-stream", "2",
+          "--system-tokens", "48", "--user-tokens", "16", "--output-tokens", "3"])
+    result = json.loads(out.read_text())
+    assert {"commit", "date", "device", "command", "workload", "replicas", "levels"} <= set(result)
+    (level,) = result["levels"]
+    for policy in ("prefix_aware", "round_robin"):
+        run = level[policy]
+        assert run["requests"] == 2 * 2 and run["ttft_ms_p50"] > 0 and run["output_tok_s"] > 0
+        assert 0 < run["prefix_hit_rate"] < 1 and len(run["replicas"]) == 2
+    robin = level["round_robin"]["routed"]
+    assert len(robin) == 2 and all(k.startswith("decision=round_robin") for k in robin)  # both replicas, in turn
+    assert "ttft_p50_reduction" in level and result["mesh_exit"] == 0
