@@ -1,14 +1,11 @@
 """SamplingParams (wire) -> SamplingOptions (engine), with defaults and a named error for every bad field."""
 from __future__ import annotations
 
-import math
 import secrets
-from collections.abc import Callable
-from typing import NamedTuple
 
 from omnimesh.v1 import common_pb2
 from runtime.config import SamplingDefaults
-from runtime.engine.sampling_params import SamplingOptions
+from runtime.engine.sampling_params import RULES, SamplingOptions
 from runtime.engine.sampler import MAX_TOP_LOGPROBS
 from runtime.errors import InvalidArgument
 
@@ -19,25 +16,6 @@ MAX_STOP_TOKEN_IDS = 256
 SPEECH_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed", "max_tokens")
 _OPTIONAL = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed", "max_tokens",
              "presence_penalty", "frequency_penalty")
-
-
-class Rule(NamedTuple):
-    ok: Callable[[float], bool]
-    allowed: str  # what the error says is allowed
-
-
-# The one place a sampling value's range is written: the wire checks (thinker and talker, both stages' messages)
-# and TalkerSampling read it.
-RULES: dict[str, Rule] = {
-    "temperature": Rule(lambda v: v >= 0 and math.isfinite(v), "must be >= 0 (0 is greedy), not NaN or infinite"),
-    "top_k": Rule(lambda v: v >= 0, "must be >= 0 (0 disables)"),
-    "top_p": Rule(lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    "min_p": Rule(lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-    "repetition_penalty": Rule(lambda v: v > 0 and math.isfinite(v), "must be > 0 (1 disables), not NaN or infinite"),
-    "presence_penalty": Rule(lambda v: -2 <= v <= 2, "must be in [-2, 2]"),
-    "frequency_penalty": Rule(lambda v: -2 <= v <= 2, "must be in [-2, 2]"),
-    "max_tokens": Rule(lambda v: v >= 1, "must be >= 1"),
-}
 
 
 def check_value(field: str, name: str, value: float, note: str = "") -> None:

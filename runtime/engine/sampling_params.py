@@ -1,7 +1,29 @@
 """Resolved sampling of one request (pure Python: the scheduler and request state import no torch)."""
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class Rule(NamedTuple):
+    ok: Callable[[float], bool]
+    allowed: str  # what the error says is allowed
+
+
+# The one place a sampling value's range is written: the wire checks (runtime/sampling.py: the thinker's and both
+# talker messages) and the talker's TalkerSampling read it.
+RULES: dict[str, Rule] = {
+    "temperature": Rule(lambda v: v >= 0 and math.isfinite(v), "must be >= 0 (0 is greedy), not NaN or infinite"),
+    "top_k": Rule(lambda v: v >= 0, "must be >= 0 (0 disables)"),
+    "top_p": Rule(lambda v: 0 < v <= 1, "must be in (0, 1]"),
+    "min_p": Rule(lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    "repetition_penalty": Rule(lambda v: v > 0 and math.isfinite(v), "must be > 0 (1 disables), not NaN or infinite"),
+    "presence_penalty": Rule(lambda v: -2 <= v <= 2, "must be in [-2, 2]"),
+    "frequency_penalty": Rule(lambda v: -2 <= v <= 2, "must be in [-2, 2]"),
+    "max_tokens": Rule(lambda v: v >= 1, "must be >= 1"),
+}
 
 
 @dataclass(frozen=True)

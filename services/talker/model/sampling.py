@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.engine.sampling_params import RULES
+
 
 @dataclass(frozen=True)
 class TalkerSampling:
@@ -21,15 +23,13 @@ class TalkerSampling:
     seed: int | None = None  # None: the request gets its own fresh seed, never a shared stream
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "predictor_temperature", "repetition_penalty"):
-            if getattr(self, name) <= 0:
+        for name in ("temperature", "predictor_temperature"):  # greedy is do_sample=False here, not temperature 0
+            if not getattr(self, name) > 0:
                 raise ValueError(f"TalkerSampling.{name}={getattr(self, name)}: must be > 0")
-        for name in ("top_p", "predictor_top_p"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ValueError(f"TalkerSampling.{name}={getattr(self, name)}: must be in (0, 1]")
-        for name in ("top_k", "predictor_top_k"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"TalkerSampling.{name}={getattr(self, name)}: must be >= 0 (0 disables it)")
+        for name, rule in (("top_p", "top_p"), ("predictor_top_p", "top_p"), ("top_k", "top_k"),
+                           ("predictor_top_k", "top_k"), ("repetition_penalty", "repetition_penalty")):
+            if not RULES[rule].ok(getattr(self, name)):
+                raise ValueError(f"TalkerSampling.{name}={getattr(self, name)}: {RULES[rule].allowed}")
 
 
 GREEDY = TalkerSampling(do_sample=False)
