@@ -144,6 +144,10 @@ class Metrics:
         return self._families[name].labels(stage=self.stage, replica=self.replica, model_name=self.model_name,
                                            **labels)
 
+    def forget(self, name: str, **labels: str) -> None:
+        """Drops one labelled series (e.g. of a thinker replica that left), so it is no longer exposed."""
+        self._families[name].remove(self.stage, self.replica, self.model_name, *labels.values())
+
     def serve(self, host: str, port: int) -> int:
         """Starts the /metrics HTTP endpoint; returns the bound port (port 0 picks a free one)."""
         server, _thread = start_http_server(port, addr=host, registry=self.registry)

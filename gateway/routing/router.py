@@ -20,6 +20,7 @@ from gateway.routing.replica import ThinkerReplica
 log = logging.getLogger(__name__)
 
 Dial = Callable[[Endpoint], grpc.aio.Channel]
+REPLICA_GAUGES = ("omnimesh_thinker_replica_in_flight", "omnimesh_thinker_replica_kv_usage_ratio")
 
 
 class Routed(NamedTuple):
@@ -73,6 +74,8 @@ class ThinkerRouter:
         for name in set(self.replicas) - set(endpoints):
             log.info("thinker replica %s left", name)
             await self.replicas.pop(name).close()
+            for gauge in REPLICA_GAUGES:  # a pod's IP is not reused for long: its series would linger forever
+                self._metrics.forget(gauge, thinker_replica=name)
         for name, ep in endpoints.items():
             if name not in self.replicas:
                 log.info("thinker replica %s joined", name)

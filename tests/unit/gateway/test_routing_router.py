@@ -80,3 +80,35 @@ def test_a_conversation_sticks_to_the_replica_that_took_its_first_turn() -> None
         return picks
 
     assert asyncio.run(run()) == [("b:1", "least_load", 0), ("b:1", "prefix", 2), ("a:1", "least_load", 0)]
+
+
+def test_replicas_follow_dns_as_pods_come_and_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod that left is closed and its series dropped; an empty answer (a resolver hiccup) keeps what was there."""
+    from prometheus_client import generate_latest
+
+    answers = [[Endpoint("10.0.0.1:5", "t"), Endpoint("10.0.0.2:5", "t")], [Endpoint("10.0.0.1:5", "t")], []]
+    dialled: list[Endpoint] = []
+
+    async def fake_resolve(targets: tuple[str, ...]) -> list[Endpoint]:
+        return answers.pop(0)
+
+    def dial(ep: Endpoint) -> grpc.aio.Channel:
+        dialled.append(ep)
+        return grpc.aio.insecure_channel(ep.target)
+
+    monkeypatch.setattr("gateway.routing.router.resolve", fake_resolve)
+
+    async def run() -> list[list[str]]:
+        r = ThinkerRouter(("dns:///t:5",), dial, "prefix_aware", 8, metrics, 0.1, resolve_s=10.0)
+        seen = []
+        for _ in range(3):
+            await r._sync()
+            seen.append(sorted(r.replicas))
+        await r.close()
+        return seen
+
+    metrics = Metrics("gateway", "g0")
+    assert asyncio.run(run()) == [["10.0.0.1:5", "10.0.0.2:5"], ["10.0.0.1:5"], ["10.0.0.1:5"]]
+    assert {ep.authority for ep in dialled} == {"t"}  # TLS checks the Service name, not the pod IP
+    text = generate_latest(metrics.registry).decode()
+    assert 'thinker_replica="10.0.0.1:5"' in text and 'thinker_replica="10.0.0.2:5"' not in text
