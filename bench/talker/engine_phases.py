@@ -114,7 +114,7 @@ def instrument(runner: TalkerRunner, phases: Phases) -> Restore:
     drain = EngineLoop.__dict__["_drain"]
     timed_drain = phases.wrap("commands", drain)
 
-    def drain_commands(loop: EngineLoop, block: bool) -> bool:
+    def drain_commands(loop: EngineLoop, block: bool) -> int:
         if not block:
             return timed_drain(loop, block)
         phases.idle.set()  # waiting, not working: untimed (on the wall clock it would be the idle time)

@@ -96,8 +96,13 @@ class EngineLoop:
         finally:
             self._started.set()
         try:
-            while self._drain(block=not self.core.has_work):
-                if not self.core.has_work:
+            while True:
+                applied = self._drain(block=not self.core.has_work)
+                if applied < 0:
+                    return
+                # has_work is read again only when commands came (it walks the core's requests: host time on
+                # every step's path); without any, the drain did not block, so there was work
+                if applied and not self.core.has_work:
                     continue  # the commands (an abort) left nothing to do
                 with self.heartbeat.beat():
                     outputs, stats = self.core.step()
@@ -111,16 +116,18 @@ class EngineLoop:
             self._failure = e
             self._fail_all(e)
 
-    def _drain(self, block: bool) -> bool:
-        """Applies queued commands; waits for one when idle. False when asked to stop."""
+    def _drain(self, block: bool) -> int:
+        """Applies queued commands; waits for one when `block`. Returns how many it applied, -1 when asked to stop."""
+        applied = 0
         while True:
             try:
                 queued = self._commands.get(block=block)
             except queue.Empty:
-                return True
+                return applied
             block = False
             if queued is None:
-                return False
+                return -1
+            applied += 1
             command, stream = queued
             if stream is not None:
                 self._streams[stream.key] = stream
