@@ -28,7 +28,7 @@ from services.thinker.model import ThinkerLM
 from services.thinker.model.hybrid_lm import HybridLM
 from services.thinker.model.linear_state import LinearStateCache
 from services.thinker.model.loader import load_thinker_lm
-from services.thinker.parallel.launch import load_parallel_thinker
+from services.thinker.parallel.launch import load_parallel_thinker, rank_devices
 from services.thinker.parallel.runner import ParallelRunner
 from services.thinker.parallel.sharded_lm import ShardedThinkerLM
 from services.thinker.runner import ThinkerRunner
@@ -52,19 +52,20 @@ class EngineParts(NamedTuple):
 def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.device, dtype: torch.dtype,
                  wrap_runner: Callable[[ThinkerRunner], ModelRunner] = lambda runner: runner) -> EngineParts:
     """The KV cache sized from `eng`, CUDA graphs captured when asked, the scheduler and the engine. A hybrid model
-    (Qwen3.5) also gets `eng.state_slots` state slots, a prefix cache only with state snapshots, and no graphs."""
+    (Qwen3.5) also gets `eng.state_slots` state slots, a prefix cache only with state snapshots, and decode graphs
+    only."""
     per_block = ThinkerRunner.kv_bytes_per_block(model, eng.block_size, dtype)
     num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
     capacity = num_blocks * eng.block_size
     max_model_len = min(model.cfg.max_position_embeddings, eng.max_model_len or capacity, capacity)
     hybrid = model.cfg.hybrid
     graphs = GraphSettings(eng.graph_decode_buckets, eng.prefill_token_buckets, eng.max_num_seqs,
-                           max_model_len) if eng.cuda_graphs and hybrid is None else None
+                           max_model_len) if eng.cuda_graphs else None
     num_slots = eng.state_slots if hybrid is not None else 0
     snapshots = eng.num_state_snapshots if hybrid is not None and eng.enable_prefix_cache else 0
     if hybrid is not None:
-        log.info("thinker: %d linear-attention state slots and %d snapshots (%.1f MiB), prefix cache %s, no CUDA "
-                 "graphs for a hybrid model", num_slots, snapshots,
+        log.info("thinker: %d linear-attention state slots and %d snapshots (%.1f MiB), prefix cache %s; a hybrid "
+                 "model's prefill steps run without CUDA graphs", num_slots, snapshots,
                  (num_slots + snapshots) * LinearStateCache.bytes_per_slot(hybrid, dtype) / 2**20,
                  "on" if snapshots else "off")
     if isinstance(model, ShardedThinkerLM):
@@ -101,21 +102,23 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", parts.num_blocks,
              eng.block_size, parts.num_blocks * parts.block_bytes / 2**20, parts.max_model_len, device, stage.dtype,
              "kernel" if model.use_kernels else "reference")
-    return service, model, CacheReporter(parts.scheduler)
+    return service, model, CacheReporter(parts.scheduler, lambda: server.draining)
 
 
 async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
     service, model, cache = build_thinker_service(mesh, model_dir, server)
     cfg = model.cfg
+    stage_ranks = mesh.thinker.tensor_parallel  # its devices are the ranks' (KV blocks: each rank's)
     info = common_pb2.StageInfo(
         stage="thinker", replica=server.replica, model=mesh.model, build=build_string(),
-        device=str(service.engine.core.engine.runner.device),
+        device=",".join(map(str, rank_devices(service.engine.core.engine.runner.device, stage_ranks))),
         dims={"hidden_size": cfg.hidden_size, "vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers,
               "num_experts": cfg.num_experts, "num_deepstack": cfg.num_deepstack,
               "accept_hidden_layer": cfg.accept_hidden_layer or 0},
         limits={"max_model_len": service.max_model_len, "max_num_seqs": mesh.thinker.engine.max_num_seqs,
                 "max_batch_tokens": mesh.thinker.engine.max_batch_tokens,
-                "num_kv_blocks": service.engine.core.engine.scheduler.blocks.num_blocks})
+                "num_kv_blocks": service.engine.core.engine.scheduler.blocks.num_blocks,
+                "tensor_parallel": stage_ranks})
     servicer = ThinkerServicer(service, cfg, mesh.gateway.sampling, info, cache)
     server.add_service(thinker_pb2_grpc.add_ThinkerServicer_to_server, servicer, SERVICE_NAME)
     server.not_serving_when("the thinker engine", lambda: service.engine.failure, service.engine.heartbeat,

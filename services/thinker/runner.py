@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -15,8 +15,9 @@ from runtime.transfer import to_device
 from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraph, StepGraphs
 from services.thinker.model import DeepstackInput, ThinkerLM
 from services.thinker.model.hybrid_lm import HybridLM
-from services.thinker.model.linear_state import StateContext, build_state_context
+from services.thinker.model.linear_state import LinearStateCache, StateContext, build_state_context
 from services.thinker.request import ThinkerRequest
+from services.thinker.state_graphs import DecodeStateInputs
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +48,23 @@ class ThinkerRunner:
         """graphs: capture CUDA graphs of these shapes (GPU kernel path on CUDA; eager static buffers elsewhere);
         num_state_slots: a hybrid model's linear-attention state slots (the scheduler's StateSlots ids), and
         num_state_snapshots more after them for its prefix cache (StatePrefixCache's snapshot i is slot
-        num_state_slots + i)."""
+        num_state_slots + i); its graphs are decode buckets only, padding rows on one more (scratch) slot."""
         cfg = model.cfg
         self.model = model
         self.device = device
         self.block_size = block_size
         self.num_state_slots = num_state_slots
-        self.states = (model.allocate_states(num_state_slots + num_state_snapshots, device)
-                       if isinstance(model, HybridLM) else None)
-        use_graphs = graphs is not None and model.use_kernels and self.states is None
+        if isinstance(model, HybridLM) and graphs is not None:
+            graphs = replace(graphs, prefill_buckets=())  # its prefill rows run the chunked delta rule row by row
+        use_graphs = graphs is not None and model.use_kernels
+        self.states: LinearStateCache | None = None
+        self._decode_states: DecodeStateInputs | None = None
+        if isinstance(model, HybridLM):
+            scratch = num_state_slots + num_state_snapshots
+            self.states = model.allocate_states(scratch + int(use_graphs), device)
+            if use_graphs and graphs.decode_buckets:
+                self._decode_states = DecodeStateInputs(self.states, graphs.decode_buckets, scratch,
+                                                        torch.device(device))
         # Graph padding rows write their KV to one extra block that the block manager never hands out.
         self.kv_caches = allocate_kv_cache(len(cfg.kv_layers), num_blocks + int(use_graphs), block_size,
                                            cfg.num_kv_heads, cfg.head_dim, dtype, device)
@@ -76,6 +85,9 @@ class ThinkerRunner:
 
     def _forward_hidden(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         """Embedding through the final norm for a text-only step: what a graph captures. -> [T, H]."""
+        if self._decode_states is not None:  # a hybrid model's graphs are decode graphs: one row per token
+            return self.model(self.model.embed(ids), positions, ctx, self.kv_caches,
+                              states=self._decode_states.context(ids.shape[0])).hidden
         return self.model(self.model.embed(ids), positions, ctx, self.kv_caches).hidden
 
     @staticmethod
@@ -138,8 +150,12 @@ class ThinkerRunner:
         positions = torch.cat(packed.positions, dim=1)  # [3, T] on the host
         self.graphs.prepare(graph, packed.token_ids, positions, q_lens, kv_lens, tables)
         self._fill_pending(graph.ids, packed, pending)
+        if self._decode_states is not None:
+            self._prepare_states(batch)
         self._before_replay(graph)
         hidden = self.graphs.execute(graph)[:len(packed.token_ids)]  # [T, H]
+        if self._decode_states is not None:
+            self._copy_states(batch, restore=False)
         if all(r.samples for r in batch.rows) and len(packed.token_ids) == len(batch.rows):
             return self.model.compute_logits(hidden)  # decode: every row samples
         return self.model.compute_logits(hidden[self._sampling_rows(batch, hidden.device)])
@@ -155,6 +171,15 @@ class ThinkerRunner:
         return build_state_context(self.states, [r.num_tokens for r in batch.rows],
                                    [r.seq.state_slot for r in batch.rows],
                                    [r.seq.num_computed_tokens == 0 for r in batch.rows], self.device)
+
+    def _prepare_states(self, batch: ScheduledBatch) -> None:
+        """Before a hybrid decode graph replays: zero the slots of sequences starting (a one-token prompt), copy in
+        prefix-hit snapshots, and point the graph's rows at the step's slots."""
+        fresh = [r.seq.state_slot for r in batch.rows if r.seq.num_computed_tokens == 0]
+        if fresh:
+            self.states.reset(to_device(torch.tensor(fresh, dtype=torch.long), self.device))
+        self._copy_states(batch, restore=True)
+        self._decode_states.fill([r.seq.state_slot for r in batch.rows])
 
     def _copy_states(self, batch: ScheduledBatch, restore: bool) -> None:
         """Prefix hits resume from a snapshot (before the forward); boundary rows leave one (after it)."""

@@ -22,11 +22,11 @@ PROMPTS = (*hybrid_harness.PROMPTS, [(11 * i + 5) % 3000 + 200 for i in range(15
 
 
 class EngineRun:
-    def __init__(self, tokens: list[list[int]], num_preempted: int, max_rows: int) -> None:
-        self.tokens, self.num_preempted, self.max_rows = tokens, num_preempted, max_rows
+    def __init__(self, tokens: list[list[int]], num_preempted: int, max_rows: int, replays: dict[str, int]) -> None:
+        self.tokens, self.num_preempted, self.max_rows, self.replays = tokens, num_preempted, max_rows, replays
 
 
-def run_engine(model: HybridLM, prompts: list[list[int]], **engine: int) -> EngineRun:
+def run_engine(model: HybridLM, prompts: list[list[int]], **engine) -> EngineRun:
     eng = EngineConfig(**{"max_num_seqs": 4, "max_batch_tokens": 256, "block_size": 16, "num_kv_blocks": 64,
                           "enable_prefix_cache": True, **engine})
     parts = build_engine(model, eng, CPU, torch.float32)
@@ -43,7 +43,9 @@ def run_engine(model: HybridLM, prompts: list[list[int]], **engine: int) -> Engi
         if stats is not None:
             preempted += stats.num_preempted
             max_rows = max(max_rows, stats.num_running)
-    return EngineRun([tokens[i] for i in range(len(prompts))], preempted, max_rows)
+    graphs = parts.engine.runner.graphs
+    return EngineRun([tokens[i] for i in range(len(prompts))], preempted, max_rows,
+                     dict(graphs.replays) if graphs is not None else {})
 
 
 def test_engine_greedy_tokens_match_transformers_generate(hybrid_lm: HybridLM, references: list[Reference]) -> None:
@@ -87,3 +89,13 @@ def test_preempted_sequences_recompute_into_a_fresh_slot(dense_lm: HybridLM, eac
     # 12 blocks of 16 tokens cannot hold the two long ones (5 + 10 blocks at the end): the later one is preempted
     tight = run_engine(dense_lm, list(PROMPTS), max_batch_tokens=32, num_kv_blocks=12)
     assert tight.num_preempted > 0 and tight.tokens == each_alone
+
+
+def test_decode_graph_inputs_address_the_rows_slots(qwen3_5_ckpt, each_alone: list[list[int]]) -> None:
+    """The kernel path's decode graphs (run eagerly over their static buffers off CUDA): each row's state slot read
+    from the static slot buffer, padding rows on the scratch slot, prefill steps eager."""
+    model = HybridLM.load(qwen3_5_ckpt, use_kernels=True)
+    run = run_engine(model, list(PROMPTS), max_batch_tokens=32, cuda_graphs=True, decode_batch_buckets=[1, 2, 4],
+                     prefill_token_buckets=[32])
+    assert run.tokens == each_alone
+    assert run.replays.get("decode:4", 0) > 0 and not any(k.startswith("prefill") for k in run.replays)

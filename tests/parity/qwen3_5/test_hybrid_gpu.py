@@ -7,9 +7,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.thinker.engine_loop import text_request
+from runtime.config import EngineConfig
+from runtime.engine.sampling_params import SamplingOptions
+from runtime.engine.sequence import Sequence
 from runtime.kernels import gated_delta
+from services.thinker.build import build_engine
 from services.thinker.model.hybrid_lm import HybridLM
 from tests.parity.qwen3_5.hybrid_harness import HybridRunner
+from tests.parity.qwen3_5.test_hybrid_engine import PROMPTS
 
 HK, HV, DK, DV, SLOTS = 2, 4, 64, 32, 6
 ROWS = [(0, 70, 4), (70, 5, 1), (75, 130, 2)]  # (first token, tokens, slot): chunk tails, a short row, two chunks
@@ -72,3 +78,25 @@ def test_bf16_kernel_path_matches_fp32_reference(qwen3_5_moe_ckpt: Path, qwen3_5
             for e, a in zip(expected, actual):
                 assert _relative_error(a, e) < 3e-2
             feeds = [(seq, [int(e[-1].argmax())]) for seq, e in enumerate(expected)]
+
+
+@pytest.mark.gpu
+def test_captured_decode_graphs_equal_eager_steps(qwen3_5_ckpt: Path) -> None:
+    model = HybridLM.load(qwen3_5_ckpt, device="cuda", dtype=torch.bfloat16)
+    results = []
+    for graphs in (False, True):
+        eng = EngineConfig(max_num_seqs=4, max_batch_tokens=64, num_kv_blocks=64, enable_prefix_cache=False,
+                           cuda_graphs=graphs, decode_batch_buckets=[1, 2, 4])
+        parts = build_engine(model, eng, torch.device("cuda"), torch.bfloat16)
+        sampling = SamplingOptions(temperature=0.0, max_tokens=8, ignore_eos=True)
+        for i, prompt in enumerate(PROMPTS):
+            parts.engine.add(Sequence(i, f"r{i}", prompt, sampling, frozenset(), text_request(prompt, model.cfg)))
+        tokens: dict[int, list[int]] = {i: [] for i in range(len(PROMPTS))}
+        while parts.engine.has_work:
+            for event in parts.engine.step()[0]:
+                if event.token_id is not None:
+                    tokens[event.seq.seq_id].append(event.token_id)
+        results.append(tokens)
+        if graphs:
+            assert parts.engine.runner.graphs.replays.get("decode:4", 0) > 0
+    assert results[0] == results[1]
