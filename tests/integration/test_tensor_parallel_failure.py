@@ -69,6 +69,9 @@ def test_a_worker_killed_while_idle_turns_the_stage_not_serving(demo_ckpt: Path)
     async def main() -> None:
         async with _tp2_thinker(demo_ckpt) as (addr, status, pid):
             assert await status() == SERVING
+            async with grpc.aio.insecure_channel(addr) as channel:
+                info = await thinker_pb2_grpc.ThinkerStub(channel).Info(common_pb2.InfoRequest(), timeout=5)
+            assert (info.device, info.limits["tensor_parallel"]) == ("cpu,cpu", 2)
             os.kill(pid, signal.SIGKILL)
             assert await _settled(status, 5) == NOT_SERVING
             with pytest.raises(grpc.aio.AioRpcError) as caught:
