@@ -50,10 +50,11 @@ class EngineParts(NamedTuple):
 
 
 def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.device, dtype: torch.dtype,
-                 wrap_runner: Callable[[ThinkerRunner], ModelRunner] = lambda runner: runner) -> EngineParts:
+                 wrap_runner: Callable[[ThinkerRunner], ModelRunner] = lambda runner: runner,
+                 turn_end_tokens: frozenset[int] = frozenset()) -> EngineParts:
     """The KV cache sized from `eng`, CUDA graphs captured when asked, the scheduler and the engine. A hybrid model
-    (Qwen3.5) also gets `eng.state_slots` state slots, a prefix cache only with state snapshots, and decode graphs
-    only."""
+    (Qwen3.5) also gets `eng.state_slots` state slots, a prefix cache only with state snapshots (taken where a prompt's
+    turns end, at `turn_end_tokens`, and at its last full block), and decode graphs only."""
     per_block = ThinkerRunner.kv_bytes_per_block(model, eng.block_size, dtype)
     num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
     capacity = num_blocks * eng.block_size
@@ -76,10 +77,7 @@ def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.d
     blocks = BlockManager(num_blocks, eng.block_size, prefix_cache, CacheEventLog())
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len), blocks,
                           StateSlots(num_slots) if hybrid is not None else None,
-                          # chat turns end in <|im_end|>: snapshots there let a shared system prompt or a chat's
-                          # earlier turns be reused by prompts that go on differently
-                          StatePrefixCache(snapshots, blocks, frozenset({model.cfg.im_end_token_id}))
-                          if snapshots else None)
+                          StatePrefixCache(snapshots, blocks, turn_end_tokens) if snapshots else None)
     return EngineParts(Engine(scheduler, wrap_runner(runner)), scheduler, max_model_len, num_blocks, per_block,
                        num_slots or eng.max_num_seqs)
 
@@ -95,9 +93,12 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
                                       stage.stall_timeout_s or STALL_OFF_TIMEOUT_S)
     else:
         model = load_thinker_lm(model_dir, device=device, dtype=dtype)
-    parts = build_engine(model, eng, device, dtype)
+    tokenizer = Tokenizer.from_dir(model_dir)
+    # a chat turn ends in an end-of-turn token (<|im_end|>, among the EOS ids): a hybrid model's prefix cache keeps
+    # its state there, so a shared system prompt or a chat's earlier turns serve prompts that go on differently
+    parts = build_engine(model, eng, device, dtype, turn_end_tokens=frozenset(tokenizer.eos_token_ids))
     engine = EngineLoop(TokenCore(parts.engine), server.metrics)
-    service = ThinkerService(engine, Tokenizer.from_dir(model_dir), server.metrics, parts.max_model_len,
+    service = ThinkerService(engine, tokenizer, server.metrics, parts.max_model_len,
                              eng.token_flush_ms / 1000, parts.max_running + eng.max_waiting_seqs)
     log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", parts.num_blocks,
              eng.block_size, parts.num_blocks * parts.block_bytes / 2**20, parts.max_model_len, device, stage.dtype,

@@ -11,6 +11,7 @@ from runtime.engine.sequence import Sequence
 from services.thinker.build import EngineParts, build_engine
 from services.thinker.model.hybrid_lm import HybridLM
 
+IM_END = 151645
 # 40 tokens ending in <|im_end|>\n: the turn's end gives a snapshot at token 32; with a question the prompt's last
 # full block ends at 48, past what two questions share
 SYSTEM = [151644, 8948, 198] + [(13 * i + 7) % 4000 + 300 for i in range(35)] + [151645, 198]
@@ -21,7 +22,7 @@ QUESTIONS = ([151644, 872, 198, 9707, 11, 1879, 151645, 198, 151644, 77091, 198]
 def make_engine(model: HybridLM, snapshots: int) -> EngineParts:
     eng = EngineConfig(max_num_seqs=2, max_batch_tokens=64, block_size=16, num_kv_blocks=64,
                        enable_prefix_cache=snapshots > 0, num_state_snapshots=snapshots)
-    return build_engine(model, eng, torch.device("cpu"), torch.float32)
+    return build_engine(model, eng, torch.device("cpu"), torch.float32, turn_end_tokens=frozenset({IM_END}))
 
 
 def generate(parts: EngineParts, seq_id: int, prompt: list[int]) -> list[int]:
