@@ -1,1 +1,2 @@
-"""The decoder engine shared by the thinker and the talker: schedule() -> run() -> postprocess()."""
+"""The decoder engine every decoder stage runs on: EngineLoop drives a StepCore (docs/engine.md); TokenCore is the
+token engine (schedule() -> run() -> postprocess()) the thinker uses, the talker brings its own SpeechCore."""
