@@ -66,13 +66,20 @@ class ThinkerReplica:
             self._on_change()
 
     async def _watch_health(self) -> None:
+        """Watches while SERVING; any other answer ends the watch at once (a draining server waits for open calls,
+        and a watch would hold it for its whole grace period) and it is asked again after RETRY_S."""
         stub = health_pb2_grpc.HealthStub(self.channel)
         while True:
+            call = stub.Watch(health_pb2.HealthCheckRequest(service=""))
             try:
-                async for answer in stub.Watch(health_pb2.HealthCheckRequest(service="")):
-                    self._set_serving(answer.status == health_pb2.HealthCheckResponse.SERVING)
+                async for answer in call:
+                    if answer.status != health_pb2.HealthCheckResponse.SERVING:
+                        break
+                    self._set_serving(True)
             except grpc.aio.AioRpcError as err:
                 log.debug("thinker replica %s: health watch ended (%s)", self.name, err.code().name)
+            finally:
+                call.cancel()
             self._set_serving(False)
             await asyncio.sleep(RETRY_S)
 

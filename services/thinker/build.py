@@ -103,7 +103,7 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
     log.info("thinker: %d KV blocks of %d tokens (%.1f MiB), max_model_len %d, on %s %s, %s path", parts.num_blocks,
              eng.block_size, parts.num_blocks * parts.block_bytes / 2**20, parts.max_model_len, device, stage.dtype,
              "kernel" if model.use_kernels else "reference")
-    return service, model, CacheReporter(parts.scheduler)
+    return service, model, CacheReporter(parts.scheduler, lambda: server.draining)
 
 
 async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from runtime.engine.cache_events import CacheDelta, CacheEventLog
@@ -39,23 +39,28 @@ def report_interval_s(interval_ms: int) -> float:
 
 
 class CacheReporter:
-    """Reads the engine's cache event log and scheduler (written by the engine thread) for any number of streams."""
+    """Reads the engine's cache event log and scheduler (written by the engine thread) for any number of streams.
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    `draining`: true once the server drains; the streams then end, or they alone would hold its shutdown for the
+    whole grace period (they never finish on their own)."""
+
+    def __init__(self, scheduler: Scheduler, draining: Callable[[], bool] = lambda: False) -> None:
         if scheduler.blocks.events is None:
             raise ValueError("the scheduler's BlockManager was built without a CacheEventLog (events=)")
         self._events: CacheEventLog = scheduler.blocks.events
         self._scheduler = scheduler
+        self._draining = draining
 
     def load(self) -> ReplicaLoad:
         s = self._scheduler
         return ReplicaLoad(len(s.running), len(s.waiting), s.blocks.usage_ratio)
 
     async def reports(self, interval_s: float) -> AsyncIterator[CacheReport]:
-        """A snapshot first, then the net changes of each interval, each with the load at that moment."""
+        """A snapshot first, then the net changes of each interval, each with the load at that moment; until the
+        server drains."""
         blocks = self._scheduler.blocks
         cursor = None
-        while True:
+        while not self._draining():
             delta = self._events.read(cursor)
             cursor = delta.cursor
             yield CacheReport(delta, self.load(), blocks.block_size, blocks.enable_prefix_cache)

@@ -223,3 +223,32 @@ def test_killing_a_replica_mid_run_fails_only_its_streams(mesh2: Proc) -> None:
 
     asyncio.run(run())
     assert set(outcomes) == {"OK", "UNAVAILABLE"}, outcomes  # both replicas had streams; only the victim's failed
+
+
+def test_a_draining_replica_is_not_held_by_the_routers_streams(demo_ckpt: Path, tmp_path: Path) -> None:
+    """A gateway follows each replica's health and cache events on calls that never end by themselves; a replica
+    told to stop must not wait its whole grace period (30 s here) for them, and is out of routing at once."""
+    from gateway.routing.router import ThinkerRouter
+    from runtime.metrics import Metrics
+    from tests.integration.mesh_process import start_stage
+
+    thinker = start_stage("thinker", demo_ckpt, {"thinker": TEST_MESH["thinker"]}, tmp_path)
+    addr = f"127.0.0.1:{thinker.ports['grpc_port']}"
+
+    async def run() -> tuple[float, bool]:
+        router = ThinkerRouter((addr,), lambda ep: grpc.aio.insecure_channel(ep.target), "prefix_aware", 8,
+                               Metrics("gateway", "g"), wait_s=10.0, resolve_s=10.0)
+        await router.start()
+        replica = (await router.serving())[0]
+        while not replica.index.block_size:  # its CacheEvents stream is open
+            await asyncio.sleep(0.05)
+        t0 = asyncio.get_running_loop().time()
+        thinker.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(thinker.proc.wait, 60)
+        took = asyncio.get_running_loop().time() - t0
+        serving = replica.serving
+        await router.close()
+        return took, serving
+
+    took, serving = asyncio.run(run())
+    assert took < 5.0 and not serving

@@ -46,3 +46,18 @@ def test_reports_start_with_a_snapshot_then_changes_with_the_load() -> None:
 def test_a_block_manager_without_an_event_log_cannot_report() -> None:
     with pytest.raises(ValueError, match="without a CacheEventLog"):
         CacheReporter(Scheduler(SchedulerLimits(4, 64, 64), BlockManager(8, 16)))
+
+
+def test_reports_end_once_the_server_drains() -> None:
+    """Else an idle router's stream alone would hold a draining replica for its whole grace period."""
+    draining = [False]
+    scheduler = Scheduler(SchedulerLimits(4, 64, 64), BlockManager(8, 16, events=CacheEventLog()))
+
+    async def count() -> int:
+        n = 0
+        async for _ in CacheReporter(scheduler, lambda: draining[0]).reports(0.01):
+            n += 1
+            draining[0] = n == 3
+        return n
+
+    assert asyncio.run(asyncio.wait_for(count(), 5)) == 3
