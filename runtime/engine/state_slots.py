@@ -21,10 +21,6 @@ class StateSlots:
     def num_free(self) -> int:
         return len(self._free)
 
-    @property
-    def usage_ratio(self) -> float:
-        return 1.0 - len(self._free) / self.num_slots
-
     def allocate(self, seq: Sequence) -> int:
         """Gives `seq` a slot (its own if it holds one already); call only while `num_free` > 0 or it holds one."""
         if seq.state_slot is None:

@@ -76,7 +76,7 @@ def test_bf16_kernel_path_matches_fp32_reference(qwen3_5_moe_ckpt: Path, qwen3_5
         for _ in range(4):
             expected, actual = want.step(feeds), got.step(feeds)
             for e, a in zip(expected, actual):
-                assert _relative_error(a, e) < 3e-2
+                assert _relative_error(a, e) < 5e-2  # bf16 through 8 layers; a routing flip stays local
             feeds = [(seq, [int(e[-1].argmax())]) for seq, e in enumerate(expected)]
 
 
