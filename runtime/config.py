@@ -254,7 +254,8 @@ class ThinkerStageConfig(StageConfig):
         for device in self.devices:
             check(re.fullmatch(r"cpu|cuda(:\d+)?", device) is not None, "devices", self.devices,
                   f"{device!r} is not a device: use cpu, cuda or cuda:N")
-        ranks = [set(_rank_gpus(d, self.tensor_parallel)) for d in self.devices]
+        # one-rank replicas may share a GPU (two released thinkers fit on an H200); split ones must not overlap
+        ranks = [set(_rank_gpus(d, self.tensor_parallel)) for d in self.devices] if self.tensor_parallel > 1 else []
         check(all(not (a & b) for i, a in enumerate(ranks) for b in ranks[i + 1:]), "devices", self.devices,
               f"with tensor_parallel {self.tensor_parallel} each replica's ranks take the GPUs from its device on; "
               "space the replicas' devices so those GPUs do not overlap")

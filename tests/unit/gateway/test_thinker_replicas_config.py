@@ -29,6 +29,12 @@ def test_bad_replica_and_routing_settings_name_the_field(thinker: dict, gateway:
     assert message in str(err.value)
 
 
+def test_replicas_may_share_a_gpu_unless_split_over_several() -> None:
+    assert mesh(thinker={"replicas": 2, "devices": ["cuda:0", "cuda:0"]}).thinker.replica_device(1) == "cuda:0"
+    with pytest.raises(ConfigError, match="space the replicas' devices"):
+        mesh(thinker={"replicas": 2, "devices": ["cuda:0", "cuda:1"], "tensor_parallel": 2})
+
+
 def test_defaults_and_targets() -> None:
     m = mesh()
     assert (m.thinker.replicas, m.thinker.targets, m.gateway.thinker_routing) == (1, (), "prefix_aware")
