@@ -2,6 +2,7 @@
 process starts, lays the ranks on devices, starts the workers and loads rank 0's shard beside theirs."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -33,6 +34,9 @@ def load_parallel_thinker(ckpt_dir: Path | str, world: int, device: torch.device
     if device.type == "cuda" and devices[-1].index >= torch.cuda.device_count():
         raise ValueError(f"thinker.tensor_parallel={world} from {device} needs cuda:{devices[-1].index}, but "
                          f"{torch.cuda.device_count()} GPUs are visible")
+    if device.type == "cpu" and not cpu_threads:  # N ranks on one CPU: each its share of the cores, not all of them
+        cpu_threads = max(1, (os.cpu_count() or 1) // world)
+        torch.set_num_threads(cpu_threads)
     spec = WorkerSpec(Path(ckpt_dir), 0, world, LOOPBACK, 0, str(device), str(dtype).removeprefix("torch."),
                       cpu_threads, timeout_s, LOAD_TIMEOUT_S, use_kernels)
     driver = RankDriver.start(spec, devices)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from runtime.config import load_mesh_config
 from runtime.config_section import ConfigError
 from services.thinker.model.hybrid_config import HybridConfig
+from services.thinker.parallel.launch import rank_devices
 from services.thinker.parallel.plan import Span, plan_rank
 from tests.unit.thinker_model.thinker_tiny_config import tiny_config
 
@@ -71,3 +73,8 @@ def test_the_config_key_is_strict_and_keeps_replicas_gpus_apart() -> None:
     assert load_mesh_config(None, apart).thinker.devices == ("cuda:0", "cuda:2")
     with pytest.raises(ConfigError, match=r"thinker.devices=.* ranks take the GPUs from its device on"):
         load_mesh_config(None, {**apart, "thinker.devices": ["cuda:1", "cuda"]})
+
+
+def test_ranks_take_the_gpus_after_rank_0s_or_all_share_the_cpu() -> None:
+    assert rank_devices(torch.device("cuda", 2), 2) == [torch.device("cuda", 2), torch.device("cuda", 3)]
+    assert rank_devices(torch.device("cpu"), 3) == [torch.device("cpu")] * 3

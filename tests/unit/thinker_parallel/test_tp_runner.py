@@ -3,6 +3,7 @@ chunked and mixed steps, on the kernel path with graph buckets (uncaptured on CP
 and scratch block, which rank 0 broadcasts). On two GPUs the same run captures the graphs, NCCL collectives inside."""
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,16 +21,20 @@ from tests.unit.thinker.test_thinker_graphs import BLOCK, NUM_BLOCKS, SETTINGS, 
 @pytest.fixture
 def tp2(request: pytest.FixtureRequest, demo_ckpt: Path) -> Iterator[ShardedThinkerLM]:
     device, dtype = request.param
-    model = load_parallel_thinker(demo_ckpt, 2, torch.device(device), dtype, cpu_threads=1, timeout_s=60,
+    threads = torch.get_num_threads()
+    model = load_parallel_thinker(demo_ckpt, 2, torch.device(device), dtype, cpu_threads=0, timeout_s=60,
                                   use_kernels=True)
     try:
         yield model
     finally:
         model.driver.close()
+        torch.set_num_threads(threads)
 
 
-def _runs(demo_ckpt: Path, tp2: ShardedThinkerLM, device: str, dtype: torch.dtype
-          ) -> tuple[tuple[list[list[int]], list[float]], tuple[list[list[int]], list[float]], ParallelRunner]:  # fmt: skip
+Run = tuple[list[list[int]], list[float]]  # tokens per sequence, logprobs in event order
+
+
+def _runs(demo_ckpt: Path, tp2: ShardedThinkerLM, device: str, dtype: torch.dtype) -> tuple[Run, Run, ParallelRunner]:
     """(tokens, logprobs) of the single-rank runner, then of TP2, and TP2's runner."""
     single = ThinkerLM.load(demo_ckpt, device=device, dtype=dtype, use_kernels=True)
     expected = generate(ThinkerRunner(single, NUM_BLOCKS, BLOCK, torch.device(device), dtype, SETTINGS), single.cfg)
@@ -41,6 +46,7 @@ def _runs(demo_ckpt: Path, tp2: ShardedThinkerLM, device: str, dtype: torch.dtyp
 
 @pytest.mark.parametrize("tp2", [("cpu", torch.float32)], indirect=True)
 def test_tp2_runner_equals_single_rank_on_graph_buffers(demo_ckpt: Path, tp2: ShardedThinkerLM) -> None:
+    assert torch.get_num_threads() == max(1, (os.cpu_count() or 1) // 2)  # two ranks share the cores
     (tokens, logprobs), (tp_tokens, tp_logprobs), _ = _runs(demo_ckpt, tp2, "cpu", torch.float32)
     assert tp_tokens == tokens
     torch.testing.assert_close(torch.tensor(tp_logprobs), torch.tensor(logprobs), rtol=0, atol=1e-4)
