@@ -2,15 +2,13 @@
 to `max_in_flight` and come back in launch order, a decode still running holding back the ones after it."""
 from __future__ import annotations
 
-import asyncio
 import copy
-from collections.abc import Iterator
 
 import pytest
 import torch
 
 from services.talker.chunk_decoder import ChunkDecoder
-from services.talker.job import Sink, SpeechJob
+from services.talker.job import SpeechJob
 from services.talker.model.code2wav import Code2Wav
 from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams
 from services.talker.model.load import TalkerModel
@@ -35,25 +33,17 @@ def _streams(code2wav: Code2Wav, groups: int, frames: list[int], seed: int = 0) 
     return out
 
 
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-def _job(job_id: int, stream: StreamingCode2Wav, loop: asyncio.AbstractEventLoop) -> SpeechJob:
+def _job(job_id: int, stream: StreamingCode2Wav) -> SpeechJob:
     inp = SpeakInput("r", SpeechPrompt([1, 2], "ethan"), GREEDY, 16, return_codes=False)
-    return SpeechJob(job_id, inp, Sink(loop, lambda _: None), stream)
+    return SpeechJob(job_id, inp, stream)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_collected_samples_are_decode_streams_output(model: TalkerModel, loop: asyncio.AbstractEventLoop,
-                                                     device: str) -> None:
+def test_collected_samples_are_decode_streams_output(model: TalkerModel, device: str) -> None:
     """On CUDA the launch runs on the side stream; the reference decodes the same codes on the main stream."""
     code2wav = copy.deepcopy(model.code2wav).to(device)
     groups, frames = model.cfg.code_predictor.num_code_groups, [5, 2, 1]  # two chunks, one, nothing ready
-    jobs = [_job(i, s, loop) for i, s in enumerate(_streams(code2wav, groups, frames))]
+    jobs = [_job(i, s) for i, s in enumerate(_streams(code2wav, groups, frames))]
     expected = decode_streams(code2wav, _streams(code2wav, groups, frames), False)
     decoder = ChunkDecoder(code2wav)
     assert not decoder.busy and decoder.collect() == []
@@ -83,14 +73,14 @@ class _Running:
         self.finished = True
 
 
-def test_flights_come_back_in_launch_order(model: TalkerModel, loop: asyncio.AbstractEventLoop) -> None:
+def test_flights_come_back_in_launch_order(model: TalkerModel) -> None:
     """A running decode holds back the finished ones launched after it (each stream's chunks go out in order) until
     it ends or the engine waits for it; with `max_in_flight` in flight the next collect waits for the oldest, so the
     launch after it has room."""
     code2wav = model.code2wav
     groups = model.cfg.code_predictor.num_code_groups
     decoder = ChunkDecoder(code2wav, max_in_flight=4)
-    jobs = [_job(i, s, loop) for i, s in enumerate(_streams(code2wav, groups, [3] * 5))]
+    jobs = [_job(i, s) for i, s in enumerate(_streams(code2wav, groups, [3] * 5))]
     for job in jobs[:4]:
         decoder.launch([job], [False])
     events = [_Running() for _ in jobs[:4]]
@@ -111,11 +101,11 @@ def test_flights_come_back_in_launch_order(model: TalkerModel, loop: asyncio.Abs
     assert all(job.stream.decoded_frames == 2 for job in jobs)  # each stream's first chunk (2 of its 3 frames)
 
 
-def test_one_in_flight_waits_for_each_launch(model: TalkerModel, loop: asyncio.AbstractEventLoop) -> None:
+def test_one_in_flight_waits_for_each_launch(model: TalkerModel) -> None:
     """The default: a second launch is refused until a collect, and a collect waits for the running decode."""
     groups = model.cfg.code_predictor.num_code_groups
     decoder = ChunkDecoder(model.code2wav)
-    jobs = [_job(i, s, loop) for i, s in enumerate(_streams(model.code2wav, groups, [3, 3]))]
+    jobs = [_job(i, s) for i, s in enumerate(_streams(model.code2wav, groups, [3, 3]))]
     decoder.launch([jobs[0]], [False])
     decoder._flights[0].ready = event = _Running()
     with pytest.raises(RuntimeError, match="1 launches in flight"):
