@@ -31,6 +31,7 @@ class RankDriver:
         self.group = RankGroup(0, len(workers) + 1)
         self._store, self._spec, self._device = store, spec, device
         self._failure: RankFailed | None = None
+        self._joined = False  # whether the group formed: before, a worker has no state worth a clean exit
 
     @classmethod
     def start(cls, spec: WorkerSpec, devices: list[torch.device]) -> RankDriver:
@@ -65,6 +66,7 @@ class RankDriver:
                 raise RankFailed(f"tensor-parallel rank {rank} failed to start:\n{msg.error}")
             assert isinstance(msg, Ready), msg
         join_group(self._store, 0, self.group.world, self._device, self._spec.timeout_s)
+        self._joined = True
 
     @property
     def failure(self) -> RankFailed | None:
@@ -92,9 +94,12 @@ class RankDriver:
             raise RankFailed(f"a tensor-parallel worker's pipe broke: {e}") from e
 
     def close(self) -> None:
-        """Stops the workers (killing any that outstay STOP_WAIT_S) and leaves the group."""
+        """Stops the workers (killing any that outstay STOP_WAIT_S, or at once when the group never formed: a
+        worker past its load would wait in the rendezvous) and leaves the group."""
         for proc, conn in self.workers:
-            if proc.is_alive():
+            if proc.is_alive() and not self._joined:
+                proc.kill()
+            elif proc.is_alive():
                 try:
                     conn.send(Stop())
                 except OSError:

@@ -2,6 +2,7 @@
 process starts, lays the ranks on devices, starts the workers and loads rank 0's shard beside theirs."""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from services.thinker.parallel.driver import RankDriver
 from services.thinker.parallel.plan import plan_rank
 from services.thinker.parallel.sharded_lm import ShardedThinkerLM
 from services.thinker.parallel.worker import WorkerSpec
+
+log = logging.getLogger(__name__)
 
 LOAD_TIMEOUT_S = 1200.0  # a rank loading its shard of a 30B checkpoint (the chart's thinker startupSeconds)
 LOOPBACK = "127.0.0.1"  # the ranks of one pod share a host
@@ -47,4 +50,6 @@ def load_parallel_thinker(ckpt_dir: Path | str, world: int, device: torch.device
         driver.close()
         raise
     model.driver = driver
+    log.info("thinker: tensor parallel over %d ranks on %s (workers: pids %s)", world, ", ".join(map(str, devices)),
+             ", ".join(str(proc.pid) for proc, _ in driver.workers))
     return model
