@@ -112,3 +112,39 @@ def test_replicas_follow_dns_as_pods_come_and_go(monkeypatch: pytest.MonkeyPatch
     assert {ep.authority for ep in dialled} == {"t"}  # TLS checks the Service name, not the pod IP
     text = generate_latest(metrics.registry).decode()
     assert 'thinker_replica="10.0.0.1:5"' in text and 'thinker_replica="10.0.0.2:5"' not in text
+
+
+def test_a_replica_without_cache_events_is_routed_by_load_alone() -> None:
+    """A thinker older than routing answers CacheEvents UNIMPLEMENTED: it still serves, with no cached prefix."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    async def run() -> tuple[bool, int, str]:
+        server = grpc.aio.server()
+        servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        r = router((f"127.0.0.1:{port}",), wait_s=5.0)
+        await r.start()
+        replica, choice = await r.route(list(range(40)), (), reuses_cache=True)
+        await asyncio.sleep(0.3)  # its CacheEvents call has been refused by now
+        follower = next(t for t in replica._tasks if t.get_name().startswith("cache-"))
+        known = (await r.any_replica()).name
+        await r.close()
+        await server.stop(0)
+        return follower.done() and not follower.cancelled(), choice.prefix_blocks, known
+
+    stopped_following, prefix_blocks, known = asyncio.run(run())
+    assert stopped_following and prefix_blocks == 0 and known.startswith("127.0.0.1:")
+
+
+def test_info_goes_to_a_known_replica_even_before_it_serves() -> None:
+    async def run() -> str:
+        r = router(("127.0.0.1:1",))
+        await r.start()
+        name = (await r.any_replica()).name
+        await r.close()
+        return name
+
+    assert asyncio.run(run()) == "127.0.0.1:1"
