@@ -10,7 +10,7 @@ tok/s and TTFT p50/p99 at the client (benchmarks.md), the replicas' prefix-cache
 omnimesh_prefix_cache_* counters) and the gateway's routing decisions.
 
     PYTHONPATH=.:protos python3 bench/thinker/bench_replicas.py --random-weights --devices cuda:0 cuda:0 \
-        --kv-cache-gib 12 --out bench/results/thinker-replicas-h200.json      # two replicas on one H200
+        --kv-cache-gib 6 --out bench/results/thinker-replicas-h200.json       # two replicas on one H200
     python3 bench/thinker/bench_replicas.py --tiny --out /tmp/replicas.json     # CPU smoke test (demo checkpoint)
 """
 from __future__ import annotations
@@ -56,7 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-dir", type=Path, help="where --random-weights writes (default: /dev/shm or tmp)")
     p.add_argument("--devices", nargs="+", default=None, help="one per replica (default: cuda:0 cuda:0; cpu cpu "
                    "with --tiny)")
-    p.add_argument("--kv-cache-gib", type=float, default=None, help="per replica (default 12; 1/16 with --tiny)")
+    # two released thinkers hold ~118 GiB of an H200's ~139: 6 GiB each is ~65k tokens of KV
+    p.add_argument("--kv-cache-gib", type=float, default=None, help="per replica (default 6; 1/16 with --tiny)")
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--margin", type=int, default=8, help="gateway.thinker_routing_margin of the prefix_aware run")
     p.add_argument("--concurrency", type=int, nargs="+", default=[16, 32])
@@ -72,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.kv_cache_gib = args.kv_cache_gib or 1 / 16
     else:
         args.devices = args.devices or ["cuda:0", "cuda:0"]
-        args.kv_cache_gib = args.kv_cache_gib or 12.0
+        args.kv_cache_gib = args.kv_cache_gib or 6.0
     return args
 
 

@@ -2,6 +2,7 @@
 media embeddings, yields token batches."""
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from runtime.sampling import sampling_to_pb
 from runtime.tensor_codec import TensorAssembler, encode_tensor
 from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
 from gateway.routing.router import ThinkerRouter
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -61,7 +64,10 @@ class ThinkerClient:
     async def generate(self, prompt: ThinkerPrompt, sampling: SamplingOptions, want_conditioning: bool,
                        timeout: float | None) -> AsyncIterator[TextChunk | Conditioning | ThinkerDone]:
         # the talker needs the media rows' hidden states computed, so such a request reuses no cached blocks
-        replica, _ = await self.router.route(prompt.token_ids, prompt.media_salts, reuses_cache=not want_conditioning)
+        replica, choice = await self.router.route(prompt.token_ids, prompt.media_salts,
+                                                  reuses_cache=not want_conditioning)
+        log.debug("thinker replica %s (%s, %d cached blocks of the prompt)", replica.name, choice.decision,
+                  choice.prefix_blocks)
         with replica.carrying():
             async for out in self._generate(replica.stub.Generate, prompt, sampling, want_conditioning, timeout):
                 yield out
