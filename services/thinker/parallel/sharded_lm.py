@@ -75,6 +75,8 @@ class ShardedThinkerLM(ThinkerLM):
     def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext, kv_caches: list[torch.Tensor],
                 deepstack: DeepstackInput | None = None, capture_layer: int | None = None) -> LMOutput:
         """ThinkerLM.forward on every rank, after rank 0's inputs reach the workers (their own are overwritten)."""
+        if deepstack is not None and not deepstack.features:
+            deepstack = None  # nothing to add: the workers must not wait for its rows
         if self.driver is not None and not self._quiet:
             self.driver.send(EagerStep(
                 x.shape[0], ctx.block_size, ctx.block_tables.shape[1], list(ctx.q_lens_host), list(ctx.kv_lens_host),

@@ -1,6 +1,7 @@
 """TP2 over gloo (this process is rank 0, one spawned worker) against the single-rank ThinkerLM on the Omni demo
 checkpoint (MoE): prefill of two sequences with deepstack rows, then a decode step on the paged KV shards. Also on
-a variant with one KV head, which both ranks then hold (fewer KV heads than ranks)."""
+a variant with one KV head, which both ranks then hold (fewer KV heads than ranks), and on the Qwen3-ASR demo
+(dense MLP, LM head tied to the embedding, no deepstack)."""
 from __future__ import annotations
 
 import json
@@ -38,10 +39,12 @@ def _one_kv_head(demo_ckpt: Path, out: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=["demo", "one_kv_head"])
+@pytest.fixture(scope="module", params=["demo", "one_kv_head", "asr"])
 def ckpt(request: pytest.FixtureRequest, demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     if request.param == "demo":
         return demo_ckpt
+    if request.param == "asr":
+        return request.getfixturevalue("asr_ckpt")
     return _one_kv_head(demo_ckpt, tmp_path_factory.mktemp("one_kv") / "ckpt")
 
 
@@ -84,9 +87,13 @@ def test_tp2_logits_equal_single_rank(ckpt: Path, tp2: ShardedThinkerLM) -> None
     expected = _steps(single, kv_single, seed=3)
     got = _steps(tp2, kv_tp, seed=3)
     for e, g in zip(expected, got):
-        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)  # fp32, sums in another order
         assert g.argmax(-1).tolist() == e.argmax(-1).tolist()
     # rank 0 holds half of each expert and of the attention heads' KV, not a copy of the whole decoder
     moe = tp2.layers[0].mlp
-    assert moe.gate_up_proj.shape[1] == cfg.moe_intermediate_size and kv_tp[0].shape[3] == 1
+    if cfg.num_experts:
+        assert moe.gate_up_proj.shape[1] == cfg.moe_intermediate_size
+    else:
+        assert moe.gate_proj.weight.shape[0] == cfg.intermediate_size // 2
+    assert kv_tp[0].shape[3] == 1
     assert tp2.layers[0].self_attn.q_proj.weight.shape[0] == cfg.num_heads // 2 * cfg.head_dim
