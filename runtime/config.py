@@ -93,9 +93,9 @@ class EngineConfig:
     # Qwen3.5: sequences running at once hold one linear-attention state slot each (~49 MiB at 9B in fp32); with
     # all held, admission waits and the queue beyond it is max_waiting_seqs
     num_state_slots: StrictInt = Field(0, ge=0, description="0: max_num_seqs; ignored by attention-only models")
-    # Qwen3.5's prefix cache: copies of the state at prompts' last full block, each one slot's size; a hit resumes
-    # from the deepest such copy whose KV blocks are still cached
-    num_state_snapshots: StrictInt = Field(0, ge=0, description="0: no prefix cache for a hybrid model")
+    # Qwen3.5's prefix cache: copies of the state where prompts' turns end and at their last full block, each one
+    # slot's size (~49 MiB at 9B); a hit resumes from the deepest copy whose KV blocks are still cached
+    num_state_snapshots: StrictInt = Field(8, ge=0, description="0: no prefix cache for a hybrid model")
     # CUDA graphs (GPU kernel path only): a step whose shape fits a bucket replays a graph captured at start.
     cuda_graphs: StrictBool = True
     decode_batch_buckets: Items[StrictInt] = ()  # rows of decode-only steps; () = 1, 2, 4, ... and max_num_seqs
