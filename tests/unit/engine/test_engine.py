@@ -4,7 +4,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
 
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.engine import Engine, StepStats, TokenEvent
