@@ -15,7 +15,12 @@ from runtime.transfer import to_device
 from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraph, StepGraphs
 from services.thinker.model import DeepstackInput, ThinkerLM
 from services.thinker.model.hybrid_lm import HybridLM
-from services.thinker.model.linear_state import LinearStateCache, StateContext, build_state_context
+from services.thinker.model.linear_state import (
+    LinearStateCache,
+    StateContext,
+    build_state_context,
+    check_state_memory,
+)
 from services.thinker.request import ThinkerRequest
 from services.thinker.state_graphs import DecodeStateInputs
 
@@ -61,6 +66,7 @@ class ThinkerRunner:
         self._decode_states: DecodeStateInputs | None = None
         if isinstance(model, HybridLM):
             scratch = num_state_slots + num_state_snapshots
+            check_state_memory(cfg.hybrid, scratch + int(use_graphs), dtype, device)
             self.states = model.allocate_states(scratch + int(use_graphs), device)
             if use_graphs and graphs.decode_buckets:
                 self._decode_states = DecodeStateInputs(self.states, graphs.decode_buckets, scratch,

@@ -42,6 +42,20 @@ class LinearStateCache:
         self.recurrent.index_fill_(1, slots, 0)
 
 
+def check_state_memory(cfg: HybridConfig, num_slots: int, dtype: torch.dtype, device: torch.device | str,
+                       free_bytes: int | None = None) -> None:
+    """Refuses, naming the config fields, state slots that cannot fit in the device's free memory (CUDA; elsewhere
+    only when `free_bytes` is given) instead of failing the allocation."""
+    device = torch.device(device)
+    if free_bytes is None and device.type == "cuda":
+        free_bytes = torch.cuda.mem_get_info(device)[0]
+    need = num_slots * LinearStateCache.bytes_per_slot(cfg, dtype)
+    if free_bytes is not None and need > free_bytes:
+        raise ValueError(f"thinker.engine.num_state_slots + num_state_snapshots: {num_slots} state slots of this "
+                         f"model need {need / 2**30:.2f} GiB, {free_bytes / 2**30:.2f} GiB are free on {device}; "
+                         "lower them (or max_num_seqs)")
+
+
 @dataclass
 class StateContext:
     """Which slot each packed row reads and writes this step. Single-token rows (decode) run batched through the

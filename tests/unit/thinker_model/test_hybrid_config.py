@@ -5,6 +5,7 @@ import copy
 from typing import Any
 
 import pytest
+import torch
 
 from runtime.checkpoint.qwen3_5.demo_config import demo_config
 from services.thinker.model.config import ThinkerConfig
@@ -59,3 +60,13 @@ def test_moe_reads_the_shared_expert() -> None:
 def test_unservable_configs_are_refused_naming_the_field(text: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         ThinkerConfig.from_dict(_config(**text))
+
+
+def test_state_slots_past_free_memory_are_refused_naming_the_fields() -> None:
+    from services.thinker.model.linear_state import LinearStateCache, check_state_memory
+
+    hybrid = ThinkerConfig.from_dict(_config()).hybrid
+    per_slot = LinearStateCache.bytes_per_slot(hybrid, torch.float32)
+    check_state_memory(hybrid, 4, torch.float32, "cpu", free_bytes=4 * per_slot)
+    with pytest.raises(ValueError, match="num_state_slots"):
+        check_state_memory(hybrid, 5, torch.float32, "cpu", free_bytes=4 * per_slot)
