@@ -25,6 +25,8 @@ class RankFailed(RuntimeError):
 
 
 class RankDriver:
+    """Rank 0's handle on its workers: their processes and pipes, and the group once formed."""
+
     def __init__(self, workers: list[tuple[mp.Process, Connection]], store: dist.TCPStore, spec: WorkerSpec,
                  device: torch.device) -> None:
         self.workers = workers

@@ -35,7 +35,7 @@ class ShardedThinkerLM(ThinkerLM):
         self.group = group
         self.driver: RankDriver | None = None  # rank 0's: tells the workers each step
         self._quiet = False
-        for i, layer in enumerate(self.layers):
+        for layer in self.layers:
             attn = layer.self_attn
             attn.o_proj = RowParallelLinear(attn.o_proj.in_features, attn.o_proj.out_features,
                                             attn.o_proj.bias is not None, group)

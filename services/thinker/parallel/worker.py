@@ -1,4 +1,4 @@
-"""A tensor-parallel worker process (ranks 1..N-1): joins the group, loads its shard, then runs every forward rank 0
+"""A tensor-parallel worker process (ranks 1..N-1): loads its shard, joins the group, then runs every forward rank 0
 announces on its own KV cache shard until told to stop, or until rank 0 is gone."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from runtime.attention import AttentionContext
 from runtime.attention.kv_cache import allocate_kv_cache
 from runtime.stage_device import stage_device
 from services.thinker.graphs import StepGraphs
@@ -65,7 +66,9 @@ class _Worker:
                                  capture=self.device.type == "cuda")
         self.graphs.capture()  # in step with rank 0's: same shapes, same order, same warm-ups
 
-    def _graph_forward(self, ids: torch.Tensor, positions: torch.Tensor, ctx) -> torch.Tensor:
+    def _graph_forward(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        """What each graph captures: its rows of the embeddings buffer (rank 0 broadcasts into it), then the
+        decoder. -> [N, H], unused."""
         assert self.x_static is not None
         return self.model(self.x_static[:ids.shape[0]], positions, ctx, self.kv_caches).hidden
 
