@@ -16,9 +16,18 @@ from runtime.metrics import Metrics
 from runtime.sampling import sampling_to_pb
 from runtime.tensor_codec import TensorAssembler, encode_tensor
 from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
+from gateway.routing.replica import ThinkerReplica
 from gateway.routing.router import ThinkerRouter
 
 log = logging.getLogger(__name__)
+
+
+class _Unanswered(Exception):
+    """A replica failed UNAVAILABLE before its first response: the request may go to another one."""
+
+    def __init__(self, err: grpc.aio.AioRpcError) -> None:
+        super().__init__(err.code().name)
+        self.err = err
 
 
 @dataclass
@@ -63,19 +72,29 @@ class ThinkerClient:
 
     async def generate(self, prompt: ThinkerPrompt, sampling: SamplingOptions, want_conditioning: bool,
                        timeout: float | None) -> AsyncIterator[TextChunk | Conditioning | ThinkerDone]:
-        # the talker needs the media rows' hidden states computed, so such a request reuses no cached blocks
-        replica, choice = await self.router.route(prompt.token_ids, prompt.media_salts,
-                                                  reuses_cache=not want_conditioning)
-        log.debug("thinker replica %s (%s, %d cached blocks of the prompt)", replica.name, choice.decision,
-                  choice.prefix_blocks)
-        with replica.carrying():
-            async for out in self._generate(replica.stub.Generate, prompt, sampling, want_conditioning, timeout):
-                yield out
+        """On a replica the router picks; one that fails UNAVAILABLE before answering (it died, and its health
+        watch has not said so yet) is suspected and the request goes once more, to another replica."""
+        for attempt in range(2):
+            # the talker needs the media rows' hidden states computed, so such a request reuses no cached blocks
+            replica, choice = await self.router.route(prompt.token_ids, prompt.media_salts,
+                                                      reuses_cache=not want_conditioning)
+            log.debug("thinker replica %s (%s, %d cached blocks of the prompt)", replica.name, choice.decision,
+                      choice.prefix_blocks)
+            try:
+                with replica.carrying():
+                    async for out in self._generate(replica, prompt, sampling, want_conditioning, timeout):
+                        yield out
+                return
+            except _Unanswered as unanswered:
+                if attempt == 1:
+                    raise stage_error("thinker", unanswered.err) from None
+                log.warning("thinker replica %s failed before answering (%s); routing the request again",
+                            replica.name, unanswered.err.code().name)
 
-    async def _generate(self, rpc: grpc.aio.StreamStreamMultiCallable, prompt: ThinkerPrompt,
-                        sampling: SamplingOptions, want_conditioning: bool,
+    async def _generate(self, replica: ThinkerReplica, prompt: ThinkerPrompt, sampling: SamplingOptions,
+                        want_conditioning: bool,
                         timeout: float | None) -> AsyncIterator[TextChunk | Conditioning | ThinkerDone]:
-        call = rpc(self._requests(prompt, sampling, want_conditioning), timeout=timeout)
+        call = replica.stub.Generate(self._requests(prompt, sampling, want_conditioning), timeout=timeout)
         assembler = TensorAssembler("talker_conditioning")
         received = 0
         try:
@@ -92,6 +111,10 @@ class ThinkerClient:
                     check_stage_done(assembler, "thinker")
                     yield ThinkerDone(msg.finished.finish_reason, msg.finished.usage)
         except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                replica.suspect()
+                if not received:
+                    raise _Unanswered(err) from None
             raise stage_error("thinker", err) from None
         finally:
             call.cancel()  # no-op when finished; frees the thinker's KV at once when we stop early

@@ -33,6 +33,7 @@ class ThinkerReplica:
         self.in_flight = 0  # this gateway's requests on it now: exact, where the report lags by an interval
         self._on_change = on_change
         self._tasks: list[asyncio.Task] = []
+        self._watch: grpc.aio.UnaryStreamCall | None = None
 
     @property
     def load(self) -> int:
@@ -59,6 +60,13 @@ class ThinkerReplica:
         finally:
             self.in_flight -= 1
 
+    def suspect(self) -> None:
+        """A call to it failed UNAVAILABLE: no new requests until its health service answers SERVING again (the
+        watch may not have seen the failure yet: a connection reset reaches the calls first)."""
+        self._set_serving(False)
+        if self._watch is not None:
+            self._watch.cancel()  # the watch loop asks again after RETRY_S
+
     def _set_serving(self, serving: bool) -> None:
         if serving != self.serving:
             log.info("thinker replica %s: %s", self.name, "serving" if serving else "not serving")
@@ -70,7 +78,7 @@ class ThinkerReplica:
         and a watch would hold it for its whole grace period) and it is asked again after RETRY_S."""
         stub = health_pb2_grpc.HealthStub(self.channel)
         while True:
-            call = stub.Watch(health_pb2.HealthCheckRequest(service=""))
+            self._watch = call = stub.Watch(health_pb2.HealthCheckRequest(service=""))
             try:
                 async for answer in call:
                     if answer.status != health_pb2.HealthCheckResponse.SERVING:
@@ -78,6 +86,9 @@ class ThinkerReplica:
                     self._set_serving(True)
             except grpc.aio.AioRpcError as err:
                 log.debug("thinker replica %s: health watch ended (%s)", self.name, err.code().name)
+            except asyncio.CancelledError:
+                if asyncio.current_task().cancelling():  # close(), not suspect()
+                    raise
             finally:
                 call.cancel()
             self._set_serving(False)
