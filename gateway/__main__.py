@@ -16,10 +16,18 @@ from gateway.build import build_gateway
 
 def with_flags(mesh: MeshConfig, args: argparse.Namespace, env_keys: tuple[str, ...],
                env_special_keys: tuple[str, ...] = ()) -> MeshConfig:
-    """Stage addresses from --<stage>-addr (a stage given an address is enabled) and API keys from the environment."""
+    """Stage addresses from --<stage>-addr (a stage given an address is enabled; a comma-separated --thinker-addr
+    lists thinker replicas) and API keys from the environment."""
     for stage in STAGES:
         addr = getattr(args, f"{stage}_addr")
-        if addr:
+        if not addr:
+            continue
+        if stage == "thinker":  # the flag replaces the config's targets, whichever field held them
+            targets = addr.split(",")
+            fields = {"address": addr, "addresses": ()} if len(targets) == 1 else {"address": "",
+                                                                                   "addresses": tuple(targets)}
+            mesh = replace(mesh, thinker=replace(mesh.thinker, enabled=True, **fields))
+        else:
             mesh = replace(mesh, **{stage: replace(mesh.stage(stage), address=addr, enabled=True)})
     if env_keys or env_special_keys:
         gw = mesh.gateway
@@ -31,7 +39,9 @@ def with_flags(mesh: MeshConfig, args: argparse.Namespace, env_keys: tuple[str, 
 def main() -> None:
     parser = stage_arg_parser("gateway")
     for stage in STAGES:
-        parser.add_argument(f"--{stage}-addr", help=f"{stage} target, e.g. 127.0.0.1:50052 or dns:///{stage}:50051")
+        parser.add_argument(f"--{stage}-addr", help=f"{stage} target, e.g. 127.0.0.1:50052 or dns:///{stage}:50051"
+                            + ("; thinker replicas: a headless Service's dns:/// name, or targets separated by commas"
+                               if stage == "thinker" else ""))
     args, _ = parser.parse_known_args()
     # API keys and the stage token come from the environment (Kubernetes Secrets), read here at start, never at import.
     env_keys = tuple(k for k in os.environ.get("OMNIMESH_API_KEYS", "").split(",") if k)

@@ -60,3 +60,17 @@ def test_one_replica_keeps_the_single_address_and_the_stage_device() -> None:
     assert with_addresses(m, {"thinker": ["127.0.0.1:7"]}).thinker.address == "127.0.0.1:7"
     ((name, _, args),) = stage_processes(m, "talker", "services.talker", [])
     assert name == "talker" and "--device" not in args
+
+
+def test_thinker_addr_flag_takes_a_list_of_replicas() -> None:
+    import argparse
+
+    from gateway.__main__ import with_flags
+
+    flags = argparse.Namespace(**{f"{s}_addr": None for s in ("thinker", "vision", "audio", "talker")})
+    flags.thinker_addr = "10.0.0.1:5,10.0.0.2:5"
+    m = with_flags(mesh(thinker={"address": "old:1"}), flags, ())
+    assert m.thinker.targets == ("10.0.0.1:5", "10.0.0.2:5") and m.thinker.address == ""
+    flags.thinker_addr = "dns:///thinker-headless:50051"
+    listed = mesh(thinker={"addresses": ["a:1", "b:1"]})
+    assert with_flags(listed, flags, ()).thinker.targets == ("dns:///thinker-headless:50051",)
