@@ -1,5 +1,6 @@
 """TP2 over gloo (this process is rank 0, one spawned worker) against the single-rank ThinkerLM on the Omni demo
-checkpoint (MoE): prefill of two sequences with deepstack rows, then a decode step on the paged KV shards. Also on
+checkpoint (MoE): prefill of two sequences with deepstack rows (and the hidden states the talker reads), then a
+decode step on the paged KV shards. Also on
 a variant with one KV head, which both ranks then hold (fewer KV heads than ranks), and on the Qwen3-ASR demo
 (dense MLP, LM head tied to the embedding, no deepstack)."""
 from __future__ import annotations
@@ -58,7 +59,8 @@ def tp2(ckpt: Path) -> Iterator[ShardedThinkerLM]:
 
 
 def _steps(model: ThinkerLM, kv: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
-    """Logits of a prefill (7 and 3 tokens, deepstack on two rows) and of the next decode step."""
+    """Logits of a prefill (7 and 3 tokens, deepstack on two rows) and of the next decode step, and the prefill's
+    hidden states at the talker's layer when the model has one."""
     gen = torch.Generator().manual_seed(seed)
     cfg = model.cfg
     ids = torch.randint(0, cfg.vocab_size, (10,), generator=gen)
@@ -66,11 +68,13 @@ def _steps(model: ThinkerLM, kv: list[torch.Tensor], seed: int) -> list[torch.Te
     ctx = build_attention_context([7, 3], [7, 3], TABLES, BLOCK)
     deepstack = DeepstackInput(torch.tensor([2, 8]), [torch.randn(2, cfg.hidden_size, generator=gen)
                                                       for _ in range(cfg.num_deepstack)])
-    prefill = model(model.embed(ids), positions, ctx, kv, deepstack=deepstack).hidden
+    out = model(model.embed(ids), positions, ctx, kv, deepstack=deepstack, capture_layer=cfg.accept_hidden_layer)
+    prefill = out.hidden
     ids = torch.randint(0, cfg.vocab_size, (2,), generator=gen)
     ctx = build_attention_context([1, 1], [8, 4], TABLES, BLOCK)
     decode = model(model.embed(ids), torch.tensor([7, 3]).expand(3, -1).contiguous(), ctx, kv).hidden
-    return [model.compute_logits(prefill), model.compute_logits(decode)]
+    captured = [out.captured] if out.captured is not None else []
+    return [model.compute_logits(prefill), model.compute_logits(decode), *captured]
 
 
 @torch.inference_mode()
@@ -86,9 +90,10 @@ def test_tp2_logits_equal_single_rank(ckpt: Path, tp2: ShardedThinkerLM) -> None
                               torch.float32, "cpu")
     expected = _steps(single, kv_single, seed=3)
     got = _steps(tp2, kv_tp, seed=3)
+    assert len(got) == len(expected) == (3 if cfg.accept_hidden_layer else 2)
     for e, g in zip(expected, got):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)  # fp32, sums in another order
-        assert g.argmax(-1).tolist() == e.argmax(-1).tolist()
+    assert [t.argmax(-1).tolist() for t in got[:2]] == [t.argmax(-1).tolist() for t in expected[:2]]
     # rank 0 holds half of each expert and of the attention heads' KV, not a copy of the whole decoder
     moe = tp2.layers[0].mlp
     if cfg.num_experts:
