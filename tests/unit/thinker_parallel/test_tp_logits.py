@@ -1,8 +1,7 @@
 """TP2 over gloo (this process is rank 0, one spawned worker) against the single-rank ThinkerLM on the Omni demo
 checkpoint (MoE): prefill of two sequences with deepstack rows (and the hidden states the talker reads), then a
-decode step on the paged KV shards. Also on
-a variant with one KV head, which both ranks then hold (fewer KV heads than ranks), and on the Qwen3-ASR demo
-(dense MLP, LM head tied to the embedding, no deepstack)."""
+decode step on the paged KV shards. Also on a variant with one KV head, which both ranks then hold (fewer KV heads
+than ranks), and on the Qwen3-ASR demo (dense MLP, LM head tied to the embedding, no deepstack)."""
 from __future__ import annotations
 
 import json
