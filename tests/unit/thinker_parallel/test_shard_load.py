@@ -1,13 +1,14 @@
-"""Each rank reads exactly its slices of the checkpoint (per-expert or already fused expert tensors alike), and
-only rank 0 reads the embedding and the LM head."""
+"""Each rank reads exactly its slices of the checkpoint (per-expert or already fused expert tensors alike, attention
+biases with their rows), only rank 0 reads the embedding and the LM head, and only rank 0 adds o_proj's bias."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from runtime.checkpoint.family import read_family
 from services.thinker.model.checkpoint import load_thinker_state_dict
@@ -71,3 +72,23 @@ def test_a_rank_reads_its_slices_of_fused_expert_tensors(demo_ckpt: Path, full: 
     cfg = ThinkerConfig.from_checkpoint(tmp_path)
     _assert_equal(load_rank_state_dict(tmp_path, plan_rank(cfg, 1, 2), "cpu", torch.float32),
                   _expected(full, cfg, 1))
+
+
+def test_attention_biases_are_sliced_and_o_proj_s_is_added_by_rank_0_only(demo_ckpt: Path, tmp_path: Path) -> None:
+    family = read_family(demo_ckpt)
+    config = json.loads((demo_ckpt / "config.json").read_text())
+    config["thinker_config"]["text_config"]["attention_bias"] = True
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    tensors = load_file(demo_ckpt / "model.safetensors")
+    for name in [n for n in tensors if n.startswith(family.lm_prefix) and n.endswith("_proj.weight")
+                 and ".self_attn." in n]:
+        tensors[name.replace(".weight", ".bias")] = torch.randn(tensors[name].shape[0])
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    cfg = ThinkerConfig.from_checkpoint(tmp_path)
+    full = load_thinker_state_dict(tmp_path, cfg, "cpu", torch.float32)
+    shards = [load_rank_state_dict(tmp_path, plan_rank(cfg, r, 2), "cpu", torch.float32) for r in range(2)]
+    attn = "layers.1.self_attn."
+    assert torch.equal(torch.cat([s[attn + "q_proj.bias"] for s in shards]), full[attn + "q_proj.bias"])
+    assert torch.equal(torch.cat([s[attn + "v_proj.bias"] for s in shards]), full[attn + "v_proj.bias"])
+    assert torch.equal(shards[0][attn + "o_proj.bias"], full[attn + "o_proj.bias"])
+    assert not shards[1][attn + "o_proj.bias"].any()
