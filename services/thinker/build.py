@@ -28,7 +28,7 @@ from services.thinker.model import ThinkerLM
 from services.thinker.model.hybrid_lm import HybridLM
 from services.thinker.model.linear_state import LinearStateCache
 from services.thinker.model.loader import load_thinker_lm
-from services.thinker.parallel.launch import load_parallel_thinker
+from services.thinker.parallel.launch import load_parallel_thinker, rank_devices
 from services.thinker.parallel.runner import ParallelRunner
 from services.thinker.parallel.sharded_lm import ShardedThinkerLM
 from services.thinker.runner import ThinkerRunner
@@ -109,15 +109,17 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
 async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) -> Callable[[], None]:
     service, model, cache = build_thinker_service(mesh, model_dir, server)
     cfg = model.cfg
+    stage_ranks = mesh.thinker.tensor_parallel  # its devices are the ranks' (KV blocks: each rank's)
     info = common_pb2.StageInfo(
         stage="thinker", replica=server.replica, model=mesh.model, build=build_string(),
-        device=str(service.engine.core.engine.runner.device),
+        device=",".join(map(str, rank_devices(service.engine.core.engine.runner.device, stage_ranks))),
         dims={"hidden_size": cfg.hidden_size, "vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers,
               "num_experts": cfg.num_experts, "num_deepstack": cfg.num_deepstack,
               "accept_hidden_layer": cfg.accept_hidden_layer or 0},
         limits={"max_model_len": service.max_model_len, "max_num_seqs": mesh.thinker.engine.max_num_seqs,
                 "max_batch_tokens": mesh.thinker.engine.max_batch_tokens,
-                "num_kv_blocks": service.engine.core.engine.scheduler.blocks.num_blocks})
+                "num_kv_blocks": service.engine.core.engine.scheduler.blocks.num_blocks,
+                "tensor_parallel": stage_ranks})
     servicer = ThinkerServicer(service, cfg, mesh.gateway.sampling, info, cache)
     server.add_service(thinker_pb2_grpc.add_ThinkerServicer_to_server, servicer, SERVICE_NAME)
     server.not_serving_when("the thinker engine", lambda: service.engine.failure, service.engine.heartbeat,
