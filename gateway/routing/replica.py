@@ -19,8 +19,9 @@ RETRY_S = 0.5  # after a broken health watch or event stream; a replica that res
 
 
 class ThinkerReplica:
-    """Follows the replica's health (grpc.health.v1 Watch) and its CacheEvents stream on two tasks; `serving` turns
-    false the moment either says it is down or NOT_SERVING, so it gets no new requests."""
+    """Follows the replica's health (grpc.health.v1 Watch) and its CacheEvents stream on two tasks. `serving` turns
+    false the moment the watch breaks or answers anything but SERVING, or a call to it fails UNAVAILABLE (`suspect`),
+    so it gets no new requests; a broken event stream empties its index until the next snapshot."""
 
     def __init__(self, name: str, channel: grpc.aio.Channel, on_change: Callable[[], None]) -> None:
         self.name = name
