@@ -252,3 +252,34 @@ def test_a_draining_replica_is_not_held_by_the_routers_streams(demo_ckpt: Path, 
 
     took, serving = asyncio.run(run())
     assert took < 5.0 and not serving
+
+
+def test_a_late_gateway_routes_by_what_another_gateway_left_cached(mesh2: Proc, demo_ckpt: Path,
+                                                                   tmp_path: Path) -> None:
+    """The second gateway never saw the first turn: it learns where its blocks are from the replicas' snapshots,
+    and sends the next turn there."""
+    gw = mesh2.ports["gateway"]
+    history = [message("system", system_prompt(5)), message("user", words(5, 60))]
+    routed_before = scrape(gw["metrics_port"])
+
+    async def turn(addr: str) -> str:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            stub = omni_pb2_grpc.OmniStub(channel)
+            request = omni_pb2.ChatRequest(messages=history, sampling=common_pb2.SamplingParams(**GREEDY))
+            return "".join([ev.text.text async for ev in stub.Chat(request) if ev.HasField("text")])
+
+    history.append(message("assistant", asyncio.run(turn(f"127.0.0.1:{gw['grpc_port']}"))))
+    routed_after = scrape(gw["metrics_port"])
+    (first,) = [thinker_addr(mesh2, r) for r in REPLICAS
+                if _or_zero(routed_after, "omnimesh_thinker_routed_total", thinker_replica=thinker_addr(mesh2, r))
+                > _or_zero(routed_before, "omnimesh_thinker_routed_total", thinker_replica=thinker_addr(mesh2, r))]
+    late = extra_gateway(demo_ckpt, tmp_path, "gw-late", [thinker_addr(mesh2, r) for r in REPLICAS],
+                         "prefix_aware")
+    try:
+        history.append(message("user", words(6, 20)))
+        asyncio.run(turn(f"127.0.0.1:{late.ports['grpc_port']}"))
+        text = scrape(late.ports["metrics_port"])
+    finally:
+        late.stop()
+    assert metric_value(text, "omnimesh_thinker_routed_total", thinker_replica=first, decision="prefix") == 1
+    assert metric_value(text, "omnimesh_thinker_routed_prefix_tokens_total", thinker_replica=first) >= 64
