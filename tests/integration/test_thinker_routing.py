@@ -1,7 +1,8 @@
 """Two thinker replicas behind `omnimesh up` (thinker.replicas: 2): prefix-aware routing keeps multi-turn
-conversations where their prefix is cached (hit rate as one replica's), round robin loses about half of it; a burst
-on one prefix spreads past the margin; a replica killed mid-run fails only its own streams. Hit counts are read
-from the replicas' own metrics."""
+conversations where their prefix is cached (hit rate as one replica's), round robin loses the history of every other
+turn; a burst on one prefix spreads past the margin; a replica killed mid-run fails only its own streams; a draining
+replica is not held by the routers; a late gateway routes by the replicas' snapshots. Hit counts are read from the
+replicas' own metrics."""
 from __future__ import annotations
 
 import asyncio
@@ -107,8 +108,8 @@ def system_prompt(seed: int) -> str:
     return f"Run {seed}. " + words(seed, 24)
 
 
-def test_prefix_aware_matches_one_replica_and_round_robin_loses_about_half(mesh2: Proc, demo_ckpt: Path,
-                                                                           tmp_path: Path) -> None:
+def test_prefix_aware_matches_one_replica_and_round_robin_loses_the_history(mesh2: Proc, demo_ckpt: Path,
+                                                                             tmp_path: Path) -> None:
     addresses = [thinker_addr(mesh2, r) for r in REPLICAS]
     one = extra_gateway(demo_ckpt, tmp_path, "gw-one", addresses[:1], "prefix_aware")
     rr = extra_gateway(demo_ckpt, tmp_path, "gw-rr", addresses, "round_robin")
@@ -194,7 +195,7 @@ def test_killing_a_replica_mid_run_fails_only_its_streams(mesh2: Proc) -> None:
     victim = mesh2.ports["thinker-1"]["pid"]
     outcomes: list[str] = []
 
-    async def stream(stub: omni_pb2_grpc.OmniStub, i: int, started: asyncio.Event, go: asyncio.Event) -> None:
+    async def stream(stub: omni_pb2_grpc.OmniStub, i: int, started: asyncio.Event) -> None:
         request = omni_pb2.ChatRequest(messages=[message("user", f"long answer {i}")],
                                        sampling=common_pb2.SamplingParams(temperature=0.0, max_tokens=400))
         try:
@@ -212,7 +213,7 @@ def test_killing_a_replica_mid_run_fails_only_its_streams(mesh2: Proc) -> None:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{gw['grpc_port']}") as channel:
             stub = omni_pb2_grpc.OmniStub(channel)
             started = [asyncio.Event() for _ in range(8)]
-            tasks = [asyncio.create_task(stream(stub, i, started[i], started[i])) for i in range(8)]
+            tasks = [asyncio.create_task(stream(stub, i, started[i])) for i in range(8)]
             await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
             os.kill(victim, signal.SIGKILL)
             await asyncio.gather(*tasks)
