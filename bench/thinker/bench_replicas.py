@@ -202,7 +202,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                                             "system_tokens", "user_tokens",
                                                                             "output_tokens")},
                                            "greedy": True, "ignore_eos": True},
-                              "replicas": thinker_section(args), "margin": args.margin, "levels": []}
+                              "replicas": thinker_section(args), "margin": args.margin,
+                              "target": {"ttft_p50_reduction": 0.30},  # issue 19: prefix_aware over round_robin
+                              "levels": []}
 
     def save() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
