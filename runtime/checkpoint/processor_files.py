@@ -22,7 +22,8 @@ N_FFT = 400
 CHUNK_LENGTH = 300
 
 
-def _vision_fields() -> dict[str, Any]:
+def vit_front_end_fields(processor_class: str) -> dict[str, Any]:
+    """What every Qwen ViT processor file says about patches, merge, normalisation and resampling."""
     return {
         "do_convert_rgb": True,
         "do_normalize": True,
@@ -30,16 +31,18 @@ def _vision_fields() -> dict[str, Any]:
         "do_resize": True,
         "image_mean": list(IMAGE_MEAN),
         "image_std": list(IMAGE_STD),
-        "max_pixels": MAX_PIXELS,
-        "min_pixels": MIN_PIXELS,
         "merge_size": MERGE_SIZE,
         "patch_size": PATCH_SIZE,
         "temporal_patch_size": TEMPORAL_PATCH_SIZE,
         "rescale_factor": 1 / 255,
         "resample": 3,
-        "size": {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS},
-        "processor_class": "Qwen3OmniMoeProcessor",
+        "processor_class": processor_class,
     }
+
+
+def _vision_fields() -> dict[str, Any]:
+    return {**vit_front_end_fields("Qwen3OmniMoeProcessor"), "max_pixels": MAX_PIXELS, "min_pixels": MIN_PIXELS,
+            "size": {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}}
 
 
 def preprocessor_config() -> dict[str, Any]:

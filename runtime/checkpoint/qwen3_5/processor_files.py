@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runtime.checkpoint.processor_files import IMAGE_MEAN, IMAGE_STD, MERGE_SIZE, PATCH_SIZE, TEMPORAL_PATCH_SIZE
+from runtime.checkpoint.processor_files import vit_front_end_fields
 from runtime.checkpoint.tokenizer_files import write_json
 
 PROCESSOR_CLASS = "Qwen3VLProcessor"
@@ -16,20 +16,7 @@ VIDEO_FPS = 2
 
 
 def _common() -> dict[str, Any]:
-    return {
-        "do_convert_rgb": True,
-        "do_normalize": True,
-        "do_rescale": True,
-        "do_resize": True,
-        "image_mean": list(IMAGE_MEAN),
-        "image_std": list(IMAGE_STD),
-        "merge_size": MERGE_SIZE,
-        "patch_size": PATCH_SIZE,
-        "temporal_patch_size": TEMPORAL_PATCH_SIZE,
-        "rescale_factor": 1 / 255,
-        "resample": 3,
-        "processor_class": PROCESSOR_CLASS,
-    }
+    return vit_front_end_fields(PROCESSOR_CLASS)
 
 
 def preprocessor_config() -> dict[str, Any]:
