@@ -49,6 +49,7 @@ def test_grpc_sweep_with_provenance_and_skips(gateway_addr: str, tmp_path: Path)
     assert result["device"]["thinker"] == "cpu" and result["model_family"] == "qwen3-omni"
     check_levels(result["workloads"]["text"])
     assert set(result["skipped"]) == {"image", "speech"} and "needs ('image', 'text')" in result["skipped"]["image"]
+    assert (tmp_path / "grpc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the plot beside the JSON
 
 
 def test_openai_sweep_through_the_http_front(front: Proc, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """What a result file says beside the figures (command, commit, date, the deployment's devices, the client host)
-and the optional PNG plot beside it (drawn only where matplotlib is installed; omnimesh does not depend on it)."""
+and the PNG plot beside it (matplotlib, from the `bench` extra; a serving-only install skips the plot and says so)."""
 from __future__ import annotations
 
 import datetime
