@@ -15,6 +15,7 @@ from gateway.clients.talker import SpeakSetup, TalkerClient
 from gateway.clients.thinker import TextChunk, ThinkerClient, ThinkerDone, ThinkerPrompt
 from gateway.media_prep import MediaPipeline, thinker_media
 from gateway.prompt import PromptBuilder
+from gateway.reasoning import ReasoningChunk, ReasoningMarkers, ReasoningSplit
 from gateway.speech import AudioEvent, ErrorEvent, speak_along
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,15 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TextEvent:
+    text: str
+    token_ids: list[int]
+    logprobs: list[common_pb2.TokenLogprob]
+
+
+@dataclass
+class ReasoningEvent:
+    """A Thinking model's thoughts (gateway/reasoning.py), before its answer's TextEvents."""
+
     text: str
     token_ids: list[int]
     logprobs: list[common_pb2.TokenLogprob]
@@ -37,7 +47,7 @@ class DoneEvent:
     finish_reason: int  # common_pb2.FinishReason
 
 
-ChatEventOut = TextEvent | AudioEvent | ErrorEvent | UsageEvent | DoneEvent
+ChatEventOut = TextEvent | ReasoningEvent | AudioEvent | ErrorEvent | UsageEvent | DoneEvent
 
 
 class OmniService:
@@ -53,6 +63,7 @@ class OmniService:
         self.stage_timeout_s = stage_timeout_s
         self._max_model_len: int | None = None  # from the thinker's Info, fetched on first use
         self._voices: list[str] | None = None  # from the talker's Info
+        self.reasoning = ReasoningMarkers.of(prompts.tokenizer, prompts.template)  # None: the model does not reason
 
     def check_served(self, chat: ChatInput) -> None:
         if chat.want_audio and self.talker is None:
@@ -99,10 +110,15 @@ class OmniService:
                                chat.speech_sampling)
             stream = speak_along(stream, self.talker, setup, self.metrics, t0, timeout)
         clock = TextClock(self.metrics, t0)
+        split = ReasoningSplit(self.reasoning, prompt.token_ids) if self.reasoning else None
         async for out in stream:
             if isinstance(out, TextChunk):
                 clock.arrived(len(out.token_ids))
-                yield TextEvent(out.text, out.token_ids, out.logprobs)
+                for piece in split.feed(out) if split else [out]:
+                    if isinstance(piece, ReasoningChunk):
+                        yield ReasoningEvent(piece.text, piece.token_ids, piece.logprobs)
+                    else:
+                        yield TextEvent(piece.text, piece.token_ids, piece.logprobs)
             elif isinstance(out, ThinkerDone):
                 self.metrics.get("omnimesh_prompt_tokens_total").inc(out.usage.prompt_tokens)
                 self.metrics.get("omnimesh_generation_tokens_total").inc(out.usage.completion_tokens)

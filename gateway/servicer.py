@@ -17,7 +17,7 @@ from runtime.logs import request_id_var
 from gateway.auth import check_api_key, holds_key
 from gateway.chat_input import chat_input_from_pb
 from gateway.request_decode import refuse_undecodable
-from gateway.service import ChatEventOut, OmniService, TextEvent, UsageEvent
+from gateway.service import ChatEventOut, OmniService, ReasoningEvent, TextEvent, UsageEvent
 from gateway.speech import AudioEvent, ErrorEvent
 from gateway.transcribe import LanguageEvent, TranscribeEventOut, TranscribeService, TranscriptEvent
 from gateway.transcribe import transcribe_input_from_pb
@@ -149,6 +149,9 @@ def _to_pb(seq: int, ev: ChatEventOut) -> omni_pb2.ChatEvent:
     if isinstance(ev, TextEvent):
         return omni_pb2.ChatEvent(sequence=seq, text=omni_pb2.TextDelta(text=ev.text, token_ids=ev.token_ids,
                                                                         logprobs=ev.logprobs))
+    if isinstance(ev, ReasoningEvent):
+        return omni_pb2.ChatEvent(sequence=seq, reasoning=omni_pb2.TextDelta(text=ev.text, token_ids=ev.token_ids,
+                                                                             logprobs=ev.logprobs))
     if isinstance(ev, AudioEvent):
         return omni_pb2.ChatEvent(sequence=seq, audio=ev.chunk)
     if isinstance(ev, ErrorEvent):

@@ -6,7 +6,8 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from omnimesh import AudioDelta, AudioFailed, Done, Event, OmnimeshError, Reply, TextDelta, TokenLogprob, Usage
+from omnimesh import (AudioDelta, AudioFailed, Done, Event, OmnimeshError, ReasoningDelta, Reply, TextDelta, TokenLogprob,
+                      Usage)
 from http_front.audio_codec import encode_audio
 from http_front.errors import grpc_error_body
 from http_front.sse import prepend, sse
@@ -49,6 +50,8 @@ def usage_json(usage: Usage | None) -> dict | None:
 def completion_json(c: Completion, reply: Reply) -> dict:
     """The whole answer; with audio, the text is the audio's transcript and `content` is null, as OpenAI answers."""
     message: dict = {"role": "assistant", "content": None if c.speak else reply.text}
+    if reply.reasoning:  # a Thinking model's thoughts, as vLLM and DeepSeek's APIs name them
+        message["reasoning_content"] = reply.reasoning
     if c.speak:
         message["audio"] = {"id": c.audio_id(), "expires_at": c.created + AUDIO_TTL_S, "transcript": reply.text,
                             "data": base64.b64encode(encode_audio(reply.pcm16, reply.sample_rate,
@@ -73,6 +76,11 @@ def chunk_for(c: Completion, event: Event) -> dict | None:
             return None
         delta = {"audio": {"id": c.audio_id(), "transcript": event.text}} if c.speak else {"content": event.text}
         return _chunk(c, delta, logprobs=logprobs_json(event.logprobs) if c.logprobs else None)
+    if isinstance(event, ReasoningDelta):
+        if not event.text and not event.logprobs:
+            return None
+        return _chunk(c, {"reasoning_content": event.text},
+                      logprobs=logprobs_json(event.logprobs) if c.logprobs else None)
     if isinstance(event, AudioDelta):
         return _chunk(c, {"audio": {"id": c.audio_id(), "data": base64.b64encode(event.pcm16).decode()}})
     if isinstance(event, AudioFailed):

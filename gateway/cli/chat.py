@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omnimesh import Audio, AudioDelta, AudioFailed, Client, Image, Message, OmnimeshError, Sampling, TextDelta, Usage
+from omnimesh import (Audio, AudioDelta, AudioFailed, Client, Image, Message, OmnimeshError, ReasoningDelta, Sampling,
+                      TextDelta, Usage)
 from omnimesh import Video, wav_bytes
 from gateway.cli.dial import add_tls_arguments, gateway_channel
 from gateway.cli.event_lines import error_json, event_json
@@ -91,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
                 failed |= isinstance(event, AudioFailed)
                 if args.json:
                     print(json.dumps(event_json(event)), flush=True)
+                elif isinstance(event, ReasoningDelta):  # thoughts to stderr: stdout holds the answer alone
+                    sys.stderr.write(event.text)
+                    sys.stderr.flush()
                 elif isinstance(event, TextDelta):
                     sys.stdout.write(event.text)
                     sys.stdout.flush()

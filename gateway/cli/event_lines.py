@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import base64
 
-from omnimesh import AudioDelta, AudioFailed, Done, Language, OmnimeshError, Partial, TextDelta, Transcript, Usage
+from omnimesh import (AudioDelta, AudioFailed, Done, Language, OmnimeshError, Partial, ReasoningDelta, TextDelta,
+                      Transcript, Usage)
 
 
 def event_json(event: object) -> dict:
     """A chat or transcription event; a token's text is its bytes decoded with replacement (it may be part of a
     character)."""
-    if isinstance(event, TextDelta):
-        out = {"type": "text", "text": event.text, "token_ids": list(event.token_ids)}
+    if isinstance(event, (TextDelta, ReasoningDelta)):
+        out = {"type": "text" if isinstance(event, TextDelta) else "reasoning", "text": event.text,
+               "token_ids": list(event.token_ids)}
         if event.logprobs:
             out["logprobs"] = [{"token_id": lp.token_id, "token": lp.token, "logprob": lp.logprob,
                                 "top": [[t.token_id, t.logprob, t.token] for t in lp.top]} for lp in event.logprobs]

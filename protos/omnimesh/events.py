@@ -44,6 +44,15 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class ReasoningDelta:
+    """A Thinking model's reasoning, before its answer's TextDeltas (the `<think>` block, without the markers)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class AudioDelta:
     """A piece of the spoken answer: 16-bit mono PCM at `sample_rate`."""
 
@@ -89,7 +98,7 @@ class Done:
     finish_reason: str  # "stop" (end of turn, stop token or string) or "length" (max_tokens or the context)
 
 
-Event = TextDelta | AudioDelta | Usage | AudioFailed | Done
+Event = TextDelta | ReasoningDelta | AudioDelta | Usage | AudioFailed | Done
 
 
 def _token_text(data: bytes) -> str:
@@ -105,6 +114,9 @@ def event_from_pb(ev: omni_pb2.ChatEvent) -> Event:
     kind = ev.WhichOneof("event")
     if kind == "text":
         return TextDelta(ev.text.text, tuple(ev.text.token_ids), tuple(map(logprob_from_pb, ev.text.logprobs)))
+    if kind == "reasoning":
+        r = ev.reasoning
+        return ReasoningDelta(r.text, tuple(r.token_ids), tuple(map(logprob_from_pb, r.logprobs)))
     if kind == "audio":
         a = ev.audio
         return AudioDelta(a.pcm16, a.sample_rate or SAMPLE_RATE, a.index, a.num_frames, tuple(a.codes),
@@ -136,6 +148,7 @@ class Reply:
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    reasoning: str = ""  # a Thinking model's thoughts (their tokens are in token_ids too, before the answer's)
     pcm16: bytes = b""  # the whole speech, when it was asked for
     sample_rate: int = SAMPLE_RATE
     usage: Usage | None = None
@@ -143,8 +156,11 @@ class Reply:
     audio_failed: AudioFailed | None = None
 
     def add(self, event: Event) -> None:
-        if isinstance(event, TextDelta):
-            self.text += event.text
+        if isinstance(event, (TextDelta, ReasoningDelta)):
+            if isinstance(event, TextDelta):
+                self.text += event.text
+            else:
+                self.reasoning += event.text
             self.token_ids.extend(event.token_ids)
             self.logprobs.extend(event.logprobs)
         elif isinstance(event, AudioDelta):

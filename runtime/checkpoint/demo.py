@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.checkpoint import token_ids as ids
+from runtime.checkpoint.chat_template_text import CHAT_TEMPLATE, THINKING_CHAT_TEMPLATE
 from runtime.checkpoint.demo_config import demo_config
 from runtime.checkpoint.demo_init import save_demo_model
 from runtime.checkpoint.hf_compat import apply_talker_audio_config_fix
@@ -56,6 +57,6 @@ def build_demo_checkpoint(out_dir: Path, seed: int = 0, variant: str = "instruct
     write_json(out_dir / "config.json", config)
     write_json(out_dir / "generation_config.json", generation_config())
     write_weights(out_dir, seed)
-    write_tokenizer_files(out_dir)
+    write_tokenizer_files(out_dir, THINKING_CHAT_TEMPLATE if variant == "thinking" else CHAT_TEMPLATE)
     write_processor_files(out_dir)
     return out_dir

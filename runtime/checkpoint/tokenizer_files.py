@@ -46,8 +46,8 @@ def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def write_tokenizer_files(out_dir: Path) -> None:
+def write_tokenizer_files(out_dir: Path, chat_template: str = CHAT_TEMPLATE) -> None:
     shutil.copyfile(cached_tokenizer_json(), out_dir / TOKENIZER_JSON)
-    write_json(out_dir / "tokenizer_config.json", tokenizer_config())
+    write_json(out_dir / "tokenizer_config.json", tokenizer_config(chat_template=chat_template))
     # The processor reads its template from here; the tokenizer from tokenizer_config.json.
-    write_json(out_dir / "chat_template.json", {"chat_template": CHAT_TEMPLATE})
+    write_json(out_dir / "chat_template.json", {"chat_template": chat_template})

@@ -6,7 +6,7 @@ import base64
 import time
 from typing import Any
 
-from omnimesh import AsyncClient, AudioDelta, AudioFailed, InvalidArgument, TextDelta, Unimplemented
+from omnimesh import AsyncClient, AudioDelta, AudioFailed, InvalidArgument, ReasoningDelta, TextDelta, Unimplemented
 from gateway.cli.remote_bench.load import Record
 from gateway.cli.remote_bench.workloads import Request
 
@@ -32,7 +32,7 @@ class GrpcDriver:
                                                        voice=VOICE if request.speak else "", temperature=0.0,
                                                        max_tokens=self.max_tokens, ignore_eos=True):
                 now = time.perf_counter()
-                if isinstance(event, TextDelta):
+                if isinstance(event, (TextDelta, ReasoningDelta)):  # a Thinking model's thoughts are output too
                     rec.text(now, len(event.token_ids))
                 elif isinstance(event, AudioDelta):
                     rec.audio(now, len(event.pcm16) / 2 / event.sample_rate)
@@ -90,7 +90,7 @@ class OpenAIDriver:
             delta = chunk.choices[0].delta
             audio = getattr(delta, "audio", None) or {}
             audio = audio if isinstance(audio, dict) else audio.model_dump()
-            if delta.content or audio.get("transcript"):
+            if delta.content or getattr(delta, "reasoning_content", None) or audio.get("transcript"):
                 rec.text(now, 0.0)
             if audio.get("data"):
                 rec.audio(now, len(base64.b64decode(audio["data"])) / 2 / OPENAI_PCM_RATE)

@@ -92,20 +92,22 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., stage: _Optional[str] = ...) -> None: ...
 
 class ChatEvent(_message.Message):
-    __slots__ = ("sequence", "text", "audio", "usage", "done", "error")
+    __slots__ = ("sequence", "text", "audio", "usage", "done", "error", "reasoning")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     text: TextDelta
     audio: _common_pb2.AudioChunk
     usage: _common_pb2.Usage
     done: Done
     error: Error
-    def __init__(self, sequence: _Optional[int] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., audio: _Optional[_Union[_common_pb2.AudioChunk, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+    reasoning: TextDelta
+    def __init__(self, sequence: _Optional[int] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., audio: _Optional[_Union[_common_pb2.AudioChunk, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., reasoning: _Optional[_Union[TextDelta, _Mapping]] = ...) -> None: ...
 
 class OmniInfo(_message.Message):
     __slots__ = ("gateway", "stages", "input_modalities", "output_modalities", "voices", "model_family")

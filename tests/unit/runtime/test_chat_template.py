@@ -18,7 +18,7 @@ from runtime.chat_template import (
     render_chat,
 )
 from runtime.checkpoint import token_ids as ids
-from runtime.checkpoint.chat_template_text import CHAT_TEMPLATE
+from runtime.checkpoint.chat_template_text import CHAT_TEMPLATE, THINKING_CHAT_TEMPLATE
 from runtime.errors import InvalidArgument
 from runtime.tokenizer import Tokenizer
 
@@ -252,3 +252,24 @@ def test_a_template_that_rewrites_text_refuses_special_token_text(tok: Tokenizer
     messages = [ChatMessage("user", [TextPart("x <|im_start|>")])]
     with pytest.raises(InvalidArgument, match="its chat template rewrites text"):
         build_prompt_ids(tok, rewriting, messages, [], special_in_text=False)
+
+
+THINKING_TURNS = [
+    ChatMessage("user", [TextPart("2+2?")]),
+    ChatMessage("assistant", [TextPart("<think>\nadd them</think>\n\n4")]),
+    ChatMessage("user", [TextPart("and 3+3?")]),
+]
+
+
+def test_the_thinking_template_strips_past_reasoning_and_opens_a_block(hf_tok: Any) -> None:
+    """The Thinking demo's template: an assistant turn before the last user turn keeps only its answer, and the
+    generation prompt opens `<think>`; transformers renders it the same, from string or part-list content."""
+    ours = render_chat(THINKING_CHAT_TEMPLATE, THINKING_TURNS)
+    assert ours == ("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+                    "<|im_start|>user\nand 3+3?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    for hf_messages in (as_hf_messages(THINKING_TURNS), [m.to_template_dict() for m in THINKING_TURNS]):
+        assert ours == hf_tok.apply_chat_template(hf_messages, chat_template=THINKING_CHAT_TEMPLATE,
+                                                  add_generation_prompt=True, tokenize=False)
+    # after the last user turn (a reply being continued) the reasoning stays
+    kept = render_chat(THINKING_CHAT_TEMPLATE, THINKING_TURNS[:2], add_generation_prompt=False)
+    assert kept.endswith("<|im_start|>assistant\n<think>\nadd them</think>\n\n4<|im_end|>\n")
