@@ -24,6 +24,7 @@ from gateway.routing.router import ThinkerRouter
 from gateway.media.vision import VisionMediaConfig
 from gateway.media_prep import MediaPipeline
 from gateway.prompt import PromptBuilder
+from gateway.reasoning import ReasoningMarkers
 from gateway.request_decode import SERVICE_NAME, add_omni_servicer
 from gateway.service import OmniService
 from gateway.servicer import OmniServicer
@@ -48,7 +49,8 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
     if mesh.talker.enabled and mesh.talker.address:
         talker = TalkerClient(dial(mesh.talker.address), server.metrics)
     prompts = PromptBuilder.from_dir(model_dir, mesh.gateway.allow_special_tokens)
-    service = OmniService(prompts, thinker, media, talker, server.metrics, mesh.gateway.stage_timeout_s)
+    service = OmniService(prompts, thinker, media, talker, server.metrics, mesh.gateway.stage_timeout_s,
+                          ReasoningMarkers.of(prompts.tokenizer, prompts.template))
     served_inputs = media.served_inputs
     family = read_family(model_dir).family
     info = omni_pb2.OmniInfo(

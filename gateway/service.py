@@ -54,7 +54,9 @@ class OmniService:
     """Routes a request: builds the prompt, calls the thinker, and orders what comes back."""
 
     def __init__(self, prompts: PromptBuilder, thinker: ThinkerClient, media: MediaPipeline,
-                 talker: TalkerClient | None, metrics: Metrics, stage_timeout_s: float) -> None:
+                 talker: TalkerClient | None, metrics: Metrics, stage_timeout_s: float,
+                 reasoning: ReasoningMarkers | None = None) -> None:
+        """`reasoning`: the markers of a Thinking model's reasoning (ReasoningMarkers.of); None: it does not reason."""
         self.prompts = prompts
         self.thinker = thinker
         self.media = media
@@ -63,7 +65,7 @@ class OmniService:
         self.stage_timeout_s = stage_timeout_s
         self._max_model_len: int | None = None  # from the thinker's Info, fetched on first use
         self._voices: list[str] | None = None  # from the talker's Info
-        self.reasoning = ReasoningMarkers.of(prompts.tokenizer, prompts.template)  # None: the model does not reason
+        self.reasoning = reasoning
 
     def check_served(self, chat: ChatInput) -> None:
         if chat.want_audio and self.talker is None:
