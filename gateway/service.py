@@ -85,10 +85,12 @@ class OmniService:
         return self._voices
 
     async def stage_infos(self) -> list[common_pb2.StageInfo]:
-        """Every stage this gateway routes to, asked now (so a replica swapped since start answers for itself); any
-        that does not answer within the stage timeout makes the call UNAVAILABLE, naming each such stage."""
-        clients = [self.thinker, *self.media.encoders, *([self.talker] if self.talker else [])]
-        answers = await asyncio.gather(*(c.info(self.stage_timeout_s) for c in clients), return_exceptions=True)
+        """Every stage this gateway routes to, each thinker replica apart, asked now (so a replica swapped since start
+        answers for itself); any that does not answer within the stage timeout makes the call UNAVAILABLE, naming
+        each such stage."""
+        others = [*self.media.encoders, *([self.talker] if self.talker else [])]
+        calls = [*self.thinker.replica_infos(self.stage_timeout_s), *(c.info(self.stage_timeout_s) for c in others)]
+        answers = await asyncio.gather(*calls, return_exceptions=True)
         failed = [a for a in answers if isinstance(a, BaseException)]
         unexpected = next((a for a in failed if not isinstance(a, OmniError)), None)
         if unexpected is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 
 import grpc
@@ -69,6 +69,13 @@ class ThinkerClient:
 
     async def info(self, timeout: float) -> common_pb2.StageInfo:
         return await stage_info((await self.router.any_replica()).stub.Info, "thinker", timeout)
+
+    def replica_infos(self, timeout: float) -> list[Awaitable[common_pb2.StageInfo]]:
+        """One Info call per known replica (the mesh's Info lists each), or one to any when none is known yet."""
+        replicas = list(self.router.replicas.values())
+        if not replicas:
+            return [self.info(timeout)]
+        return [stage_info(r.stub.Info, "thinker", timeout) for r in replicas]
 
     async def generate(self, prompt: ThinkerPrompt, sampling: SamplingOptions, want_conditioning: bool,
                        timeout: float | None) -> AsyncIterator[TextChunk | Conditioning | ThinkerDone]:

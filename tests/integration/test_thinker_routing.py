@@ -190,6 +190,17 @@ def test_cache_events_reports_a_snapshot_then_changes_and_refuses_a_bad_interval
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "interval_ms" in err.details()
 
 
+def test_the_mesh_info_lists_each_thinker_replica(mesh2: Proc) -> None:
+    import grpc
+
+    from omnimesh.v1 import common_pb2, omni_pb2_grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{mesh2.ports['gateway']['grpc_port']}") as channel:
+        info = omni_pb2_grpc.OmniStub(channel).Info(common_pb2.InfoRequest(), timeout=30)
+    thinkers = [s for s in info.stages if s.stage == "thinker"]
+    assert len(thinkers) == 2 and len({s.replica for s in thinkers}) == 2, thinkers
+
+
 def test_killing_a_replica_mid_run_fails_only_its_streams(mesh2: Proc) -> None:
     gw = mesh2.ports["gateway"]
     victim = mesh2.ports["thinker-1"]["pid"]
