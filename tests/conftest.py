@@ -78,3 +78,12 @@ def qwen3_5_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def qwen3_5_moe_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The seed-0 MoE Qwen3.5 demo checkpoint in a session tmp dir, copied from its build cache."""
     return _qwen3_5_copy(tmp_path_factory, moe=True)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored() -> Any:
+    """A test that builds a stage in its own process (runtime/stage_device.py caps torch's threads) must not leave
+    later tests' in-process references summing in another order than the stage processes they are compared with."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
