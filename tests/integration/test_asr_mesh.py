@@ -286,6 +286,17 @@ def test_streamed_pcm_errors_name_the_field(addr: str, wav: Path) -> None:
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and caught.value.details().startswith(field)
 
 
+def merged_text(events: list[dict]) -> list[dict]:
+    """Consecutive text events as one (their text and token ids joined)."""
+    out: list[dict] = []
+    for e in events:
+        if e["type"] == "text" and out and out[-1]["type"] == "text":
+            out[-1] = {**out[-1], "text": out[-1]["text"] + e["text"], "token_ids": out[-1]["token_ids"] + e["token_ids"]}
+        else:
+            out.append(dict(e))
+    return out
+
+
 def test_transcribe_partial_every_streams_the_file_as_a_recording(addr: str, wav: Path, tmp_path: Path) -> None:
     import subprocess
 
@@ -296,7 +307,8 @@ def test_transcribe_partial_every_streams_the_file_as_a_recording(addr: str, wav
     partials = [e for e in events if e["type"] == "partial"]
     for e in whole + events:
         e.pop("cached_prompt_tokens", None)  # a run after another of the same audio reads its cached KV
-    assert partials and events[:len(partials)] == partials and events[len(partials):] == whole
+    # the same events, text deltas aside: how tokens batch into deltas follows the engine's timing (token_flush_ms)
+    assert partials and events[:len(partials)] == partials and merged_text(events[len(partials):]) == merged_text(whole)
     not_audio = tmp_path / "x.wav"
     not_audio.write_bytes(b"not audio at all")
     run = subprocess.run([OMNIMESH, "transcribe", "--addr", addr, "--partial-every", "0.5", str(not_audio)],
