@@ -19,7 +19,7 @@ from services.thinker.model.checkpoint import fuse_experts
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.hybrid_decoder import HybridDecoderLayer
 from services.thinker.model.hybrid_norms import ZeroCentredRMSNorm
-from services.thinker.model.kernel_path import kernel_attention, kernels_available
+from services.thinker.model.kernel_path import build_from_state, kernel_attention
 from services.thinker.model.linear_state import LinearStateCache, StateContext
 from services.thinker.model.lm import DeepstackInput, LMOutput
 from services.thinker.model.rope import MRoPE
@@ -53,15 +53,7 @@ class HybridLM(nn.Module):
     @classmethod
     def from_state_dict(cls, cfg: ThinkerConfig, state: dict[str, torch.Tensor], device: torch.device | str = "cpu",
                         backend: AttentionBackend = paged_attention, use_kernels: bool | None = None) -> HybridLM:
-        with torch.device("meta"):
-            model = cls(cfg, backend)
-        model.load_state_dict(state, strict=True, assign=True)
-        model = model.to(device).eval().requires_grad_(False)
-        if use_kernels is None:
-            use_kernels = kernels_available(device, model.lm_head.weight.dtype)
-        if use_kernels:
-            model.enable_kernels()
-        return model
+        return build_from_state(lambda: cls(cfg, backend), state, device, use_kernels)
 
     def enable_kernels(self) -> None:
         """Paged attention and the MoE on runtime.kernels (their references off CUDA); the delta rule picks fla by

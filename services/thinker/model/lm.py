@@ -18,7 +18,7 @@ from services.thinker.model.attention import AttentionBackend
 from services.thinker.model.checkpoint import load_thinker_state_dict
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.decoder import DecoderLayer
-from services.thinker.model.kernel_path import kernel_attention, kernels_available
+from services.thinker.model.kernel_path import build_from_state, kernel_attention
 from runtime.layers.rms_norm import RMSNorm
 from services.thinker.model.rope import MRoPE
 
@@ -75,15 +75,7 @@ class ThinkerLM(nn.Module):
         use_kernels: bool | None = None,
     ) -> ThinkerLM:
         """Parameters are created on the meta device and replaced by `state`'s tensors, so weights exist once."""
-        with torch.device("meta"):
-            model = cls(cfg, backend)
-        model.load_state_dict(state, strict=True, assign=True)
-        model = model.to(device).eval().requires_grad_(False)  # .to moves the rope tables, built on the host
-        if use_kernels is None:
-            use_kernels = kernels_available(device, model.lm_head.weight.dtype)
-        if use_kernels:
-            model.enable_kernels()
-        return model
+        return build_from_state(lambda: cls(cfg, backend), state, device, use_kernels)
 
     def enable_kernels(self) -> None:
         """Switch forward to the GPU path: q/k/v weights fused into one GEMM (as views, no second copy) and the

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from runtime.attention import AttentionContext
-from services.thinker.model.kernel_path import kernels_available
+from services.thinker.model.kernel_path import build_from_state
 from services.thinker.model.lm import DeepstackInput, LMOutput, ThinkerLM
 from services.thinker.model.mlp import DenseMLP
 from services.thinker.parallel.collectives import RankGroup
@@ -53,15 +53,7 @@ class ShardedThinkerLM(ThinkerLM):
         """The rank's shard read from the checkpoint (only its slices) onto `device`; `use_kernels` as in
         ThinkerLM.load."""
         state = load_rank_state_dict(ckpt_dir, plan, device, dtype)
-        with torch.device("meta"):
-            model = cls(plan, group)
-        model.load_state_dict(state, strict=True, assign=True)
-        model = model.to(device).eval().requires_grad_(False)
-        if use_kernels is None:
-            use_kernels = kernels_available(device, dtype)
-        if use_kernels:
-            model.enable_kernels()
-        return model
+        return build_from_state(lambda: cls(plan, group), state, device, use_kernels, dtype)  # workers have no head
 
     @contextmanager
     def quiet(self) -> Iterator[None]:
