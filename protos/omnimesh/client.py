@@ -22,10 +22,11 @@ Sampling fields (temperature, max_tokens, stop, logprobs, ...) are keyword argum
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from contextlib import aclosing
 from pathlib import Path
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -38,6 +39,7 @@ from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from runtime.channels import channel_options
 
 DEFAULT_ADDR = "127.0.0.1:50051"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,28 @@ class MeshInfo:
         devices = {s.stage: s.device for s in (info.gateway, *info.stages) if s.device}
         return cls(info.gateway.model, info.gateway.build, tuple(info.input_modalities), outputs, tuple(info.voices),
                    info.model_family, devices)
+
+
+def _read(call: Any, convert: Callable[[Any], T]) -> Iterator[T]:
+    """A server stream's messages, converted; a failed call raises its OmnimeshError; leaving early cancels it."""
+    try:
+        for ev in call:
+            yield convert(ev)
+    except grpc.RpcError as err:
+        raise from_rpc_error(err) from None
+    finally:
+        call.cancel()  # a no-op once the call has ended
+
+
+async def _read_async(call: Any, convert: Callable[[Any], T]) -> AsyncIterator[T]:
+    """_read for a grpc.aio call."""
+    try:
+        async for ev in call:
+            yield convert(ev)
+    except grpc.aio.AioRpcError as err:
+        raise from_rpc_error(err) from None
+    finally:
+        call.cancel()
 
 
 class _Base:
@@ -106,13 +130,7 @@ class Client(_Base):
                    "return_codes": return_codes, "use_audio_in_video": use_audio_in_video, "request_id": request_id}
         request = self._request(messages, sampling, options, sampling_fields)
         call = self._stub.Chat(request, **self._call_kwargs(timeout, api_key))
-        try:
-            for ev in call:
-                yield event_from_pb(ev)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err) from None
-        finally:
-            call.cancel()  # a no-op once the call has ended
+        yield from _read(call, event_from_pb)
 
     def chat(self, messages: MessagesLike, **kwargs: Any) -> Reply:
         """The whole answer at once; takes chat_stream's arguments."""
@@ -129,13 +147,7 @@ class Client(_Base):
         sampling = replace(sampling or Sampling(), **sampling_fields)
         request = transcribe_request(audio, language, context, sampling, request_id)
         call = self._stub.Transcribe(request, **self._call_kwargs(timeout, api_key))
-        try:
-            for ev in call:
-                yield transcript_event_from_pb(ev)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err) from None
-        finally:
-            call.cancel()
+        yield from _read(call, transcript_event_from_pb)
 
     def transcribe_pcm_stream(self, pcm: Iterable[bytes], sample_rate: int, *, language: str = "",
                               context: str = "", partial_every_s: float = 0.0, sampling: Sampling | None = None,
@@ -147,13 +159,7 @@ class Client(_Base):
         first = stream_config(sample_rate, language, context, replace(sampling or Sampling(), **sampling_fields),
                               partial_every_s, request_id)
         call = self._stub.TranscribeStream(pcm_chunks(first, pcm), **self._call_kwargs(timeout, api_key))
-        try:
-            for ev in call:
-                yield transcript_event_from_pb(ev)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err) from None
-        finally:
-            call.cancel()
+        yield from _read(call, transcript_event_from_pb)
 
     def transcribe(self, audio: Audio | bytes | str | Path, **kwargs: Any) -> TranscriptReply:
         """The whole transcription at once; takes transcribe_stream's arguments."""
@@ -196,13 +202,9 @@ class AsyncClient(_Base):
                    "return_codes": return_codes, "use_audio_in_video": use_audio_in_video, "request_id": request_id}
         request = self._request(messages, sampling, options, sampling_fields)
         call = self._stub.Chat(request, **self._call_kwargs(timeout, api_key))
-        try:
-            async for ev in call:
-                yield event_from_pb(ev)
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from None
-        finally:
-            call.cancel()
+        async with aclosing(_read_async(call, event_from_pb)) as events:  # leaving early cancels at once
+            async for ev in events:
+                yield ev
 
     async def chat(self, messages: MessagesLike, **kwargs: Any) -> Reply:
         reply = Reply()
@@ -217,13 +219,9 @@ class AsyncClient(_Base):
         sampling = replace(sampling or Sampling(), **sampling_fields)
         request = transcribe_request(audio, language, context, sampling, request_id)
         call = self._stub.Transcribe(request, **self._call_kwargs(timeout, api_key))
-        try:
-            async for ev in call:
-                yield transcript_event_from_pb(ev)
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from None
-        finally:
-            call.cancel()
+        async with aclosing(_read_async(call, transcript_event_from_pb)) as events:  # leaving early cancels at once
+            async for ev in events:
+                yield ev
 
     async def transcribe_pcm_stream(self, pcm: Iterable[bytes] | AsyncIterable[bytes], sample_rate: int, *,
                                     language: str = "", context: str = "", partial_every_s: float = 0.0,
@@ -234,13 +232,9 @@ class AsyncClient(_Base):
         first = stream_config(sample_rate, language, context, replace(sampling or Sampling(), **sampling_fields),
                               partial_every_s, request_id)
         call = self._stub.TranscribeStream(pcm_chunks_async(first, pcm), **self._call_kwargs(timeout, api_key))
-        try:
-            async for ev in call:
-                yield transcript_event_from_pb(ev)
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from None
-        finally:
-            call.cancel()
+        async with aclosing(_read_async(call, transcript_event_from_pb)) as events:  # leaving early cancels at once
+            async for ev in events:
+                yield ev
 
     async def transcribe(self, audio: Audio | bytes | str | Path, **kwargs: Any) -> TranscriptReply:
         reply = TranscriptReply()
