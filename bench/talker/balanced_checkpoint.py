@@ -6,7 +6,6 @@ calibrated weights, with bench_talker's prompts at each measured concurrency's b
 are conditioned on the thinker's states instead, which the record says."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,8 @@ from bench.talker.bench_talker import calibrate_routing, routing
 from bench.thinker.balance import balance_routing, write_calibrated
 from bench.thinker.workload import PromptMaker
 from bench.talker.random_checkpoint import talker_router_name
-from bench.thinker.random_model import overwrite_safetensors
-from runtime.weights import INDEX_FILE
-from services.talker.model.load import TalkerModel, load_talker_model
+from bench.thinker.random_model import overwrite_in_checkpoint
+from services.talker.model.load import load_talker_model
 from services.thinker.model import ThinkerLM
 
 THINKER_PROMPT_TOKENS = 64  # calibration prompts: the speech benchmark's questions are this short
@@ -36,7 +34,8 @@ def checkpoint_routing(ckpt_dir: Path, mode: str, device: str, dtype: torch.dtyp
         calibration = calibrate_routing(model, max(batches), frames) if mode == "balanced" else None
         record = routing(model, mode, batches, frames)
     if calibration is not None:
-        _write_routers(model, ckpt_dir)
+        overwrite_in_checkpoint(ckpt_dir, {talker_router_name(i): layer.mlp.gate.weight
+                                           for i, layer in enumerate(model.lm.layers)})
         calibration["seconds"] = time.perf_counter() - t0
     del model
     if device.startswith("cuda"):
@@ -44,16 +43,6 @@ def checkpoint_routing(ckpt_dir: Path, mode: str, device: str, dtype: torch.dtyp
     record["how"] += ("; counted in the benchmark process on bench_talker's prompts (the mesh's talker rows are "
                       "conditioned on the thinker's states)")
     return {"calibration": calibration, "routing": record}
-
-
-def _write_routers(model: TalkerModel, ckpt_dir: Path) -> None:
-    weight_map = json.loads((ckpt_dir / INDEX_FILE).read_text())["weight_map"]
-    by_shard: dict[str, dict[str, torch.Tensor]] = {}
-    for i, layer in enumerate(model.lm.layers):
-        name = talker_router_name(i)
-        by_shard.setdefault(weight_map[name], {})[name] = layer.mlp.gate.weight
-    for shard, tensors in by_shard.items():
-        overwrite_safetensors(ckpt_dir / shard, tensors)
 
 
 def thinker_checkpoint_routing(ckpt_dir: Path, device: str, dtype: torch.dtype, prompts: int = 512, decoded: int = 64,

@@ -7,7 +7,6 @@ the whole vocabulary, 80 with the mean direction removed from the routers, 100 w
 again on decoded sequences (a decode step's router inputs sit late in their sequences, where prompts' do not)."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,11 @@ import torch
 
 from bench.moe_routing import CALIBRATIONS, moe_layers
 from bench.thinker import engine_loop
-from bench.thinker.random_model import checkpoint_name, overwrite_safetensors
+from bench.thinker.random_model import checkpoint_name, overwrite_in_checkpoint
 from bench.thinker.routing_replay import replay_experts
 from bench.thinker.workload import PromptMaker
 from runtime.config import EngineConfig
 from runtime.engine.sequence import Sequence
-from runtime.weights import INDEX_FILE
 from services.thinker.model import ThinkerConfig, ThinkerLM
 
 CALIBRATION_FIRST_INDEX = 10**7  # prompt indices no measured run uses
@@ -81,10 +79,4 @@ def write_calibrated(model: ThinkerLM, ckpt_dir: Path) -> None:
     """Writes the calibrated routers and LM head over the drawn ones in the random checkpoint `ckpt_dir` was written
     from (bench/thinker/random_model.py names), in place: a stage that loads it next serves the calibrated weights."""
     names = {id(t): name for name, t in model.state_dict(keep_vars=True).items()}
-    weight_map = json.loads((Path(ckpt_dir) / INDEX_FILE).read_text())["weight_map"]
-    by_shard: dict[str, dict[str, torch.Tensor]] = {}
-    for tensor in calibrated_weights(model).values():
-        name = checkpoint_name(names[id(tensor)])
-        by_shard.setdefault(weight_map[name], {})[name] = tensor
-    for shard, tensors in by_shard.items():
-        overwrite_safetensors(Path(ckpt_dir) / shard, tensors)
+    overwrite_in_checkpoint(ckpt_dir, {checkpoint_name(names[id(t)]): t for t in calibrated_weights(model).values()})

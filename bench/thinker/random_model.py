@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from runtime.checkpoint.demo_config import demo_config
+from runtime.weights import INDEX_FILE
 from services.thinker.model import ThinkerConfig, ThinkerLM
 
 # Non-weight files of the demo checkpoint a random-weight dir takes over (tokenizer, template, processors).
@@ -95,7 +96,7 @@ def write_checkpoint(model: ThinkerLM, config: dict[str, Any], out_dir: Path, te
         total = sum(pool.map(lambda job: write_safetensors(*job), jobs))
     weight_map = {name: file for (tensors, _), file in zip(jobs, files) for name in tensors}
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2))
     return total
 
 
@@ -133,6 +134,16 @@ def overwrite_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
                                  f"{_DTYPES[t.dtype]}{list(t.shape)}")
             f.seek(8 + size + entry["data_offsets"][0])
             f.write(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().data)
+
+
+def overwrite_in_checkpoint(ckpt_dir: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """overwrite_safetensors for tensors named as the checkpoint's index names them, each in the shard holding it."""
+    weight_map = json.loads((Path(ckpt_dir) / INDEX_FILE).read_text())["weight_map"]
+    by_shard: dict[str, dict[str, torch.Tensor]] = {}
+    for name, tensor in tensors.items():
+        by_shard.setdefault(weight_map[name], {})[name] = tensor
+    for shard, part in by_shard.items():
+        overwrite_safetensors(Path(ckpt_dir) / shard, part)
 
 
 _DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32", torch.int64: "I64",
