@@ -23,11 +23,13 @@ class ReasoningChunk:
     logprobs: list[common_pb2.TokenLogprob]
 
 
+@dataclass(frozen=True)
 class ReasoningMarkers:
-    """The deployment's `<think>` / `</think>` ids, or None when it does not reason (see module doc)."""
+    """The deployment's `<think>` / `</think>` ids (`of`: None when it does not reason, see module doc)."""
 
-    def __init__(self, open_id: int, close_id: int, im_start_id: int) -> None:
-        self.open_id, self.close_id, self.im_start_id = open_id, close_id, im_start_id
+    open_id: int
+    close_id: int
+    im_start_id: int
 
     @classmethod
     def of(cls, tokenizer: Tokenizer, chat_template: str) -> ReasoningMarkers | None:
@@ -40,9 +42,12 @@ class ReasoningMarkers:
 
     def opened_by(self, prompt_ids: list[int]) -> bool:
         """Whether the prompt's last turn leaves a `<think>` block open (the generation prompt opened it)."""
-        turn = len(prompt_ids) - prompt_ids[::-1].index(self.im_start_id) if self.im_start_id in prompt_ids else 0
-        tail = prompt_ids[turn:]
-        return self.open_id in tail and self.close_id not in tail[len(tail) - tail[::-1].index(self.open_id):]
+        for token in reversed(prompt_ids):  # the last marker of the turn decides
+            if token == self.open_id:
+                return True
+            if token in (self.close_id, self.im_start_id):
+                return False
+        return False
 
 
 class ReasoningSplit:
