@@ -317,9 +317,9 @@ class TalkerRunner:
 
     def capture_graphs(self) -> None:
         """Capture every frame and prefill graph now (the service does this at start, before it reports ready)."""
-        if self.frames is not None and self.frames.capture:
+        if self.frames is not None and self.frames.graphs is not None:
             self.frames.capture_all()
-        if self.prefills is not None and self.prefills.capture:
+        if self.prefills is not None and self.prefills.graphs is not None:
             self.prefills.capture_all()
 
     def release(self, state: TalkerState) -> None:
