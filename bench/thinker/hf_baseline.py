@@ -31,7 +31,23 @@ def hf_generate(config: dict[str, Any], batches: list[int], prompts: list[list[i
             weights = load_thinker_weights(model, checkpoint)
         except (ValueError, OSError) as e:  # still a throughput baseline; its routing record says it is not ours
             weights += f": ours did not load ({e})"
-    counter = DecodeExpertCounter(model, full.thinker_config.text_config.num_experts)
+    text = full.thinker_config.text_config
+    try:
+        results = time_generate(model, batches, prompts, new_tokens, device, text.num_experts,
+                                text.num_experts_per_tok)
+    finally:
+        del model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {"runs": results, "weights": weights}
+
+
+def time_generate(model: torch.nn.Module, batches: list[int], prompts: list[list[int]], new_tokens: int,
+                  device: torch.device, num_experts: int = 0, top_k: int = 0) -> list[dict[str, Any]]:
+    """Greedy `generate` of `model` at each batch size (after a 2-token warm-up), exactly `new_tokens` per row; an
+    MoE model (num_experts > 0) also gets the distinct experts its routers read per decode step."""
+    counter = DecodeExpertCounter(model, num_experts) if num_experts else None
     results = []
     try:
         for batch in batches:
@@ -40,24 +56,23 @@ def hf_generate(config: dict[str, Any], batches: list[int], prompts: list[list[i
             with torch.inference_mode():
                 model.generate(**kwargs, max_new_tokens=2, min_new_tokens=2)  # warm-up
                 _sync(device)
-                counter.start(batch)
+                if counter is not None:
+                    counter.start(batch)
                 t0 = time.perf_counter()
                 out = model.generate(**kwargs, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
                 _sync(device)
             seconds = time.perf_counter() - t0
             generated = (out.shape[1] - ids.shape[1]) * batch
-            top_k = full.thinker_config.text_config.num_experts_per_tok
-            results.append({"batch": batch, "prompt_tokens": ids.shape[1], "new_tokens": new_tokens,
-                            "seconds": seconds, "output_tok_s": generated / seconds,
-                            "experts_touched": {"measured": counter.stop(),
-                                                "uniform": uniform_experts(counter.num_experts, top_k, batch)}})
+            run = {"batch": batch, "prompt_tokens": ids.shape[1], "new_tokens": new_tokens, "seconds": seconds,
+                   "output_tok_s": generated / seconds}
+            if counter is not None:
+                run["experts_touched"] = {"measured": counter.stop(),
+                                          "uniform": uniform_experts(num_experts, top_k, batch)}
+            results.append(run)
     finally:
-        counter.remove()
-        del model
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return {"runs": results, "weights": weights}
+        if counter is not None:
+            counter.remove()
+    return results
 
 
 def load_thinker_weights(model: torch.nn.Module, checkpoint: Path) -> str:

@@ -28,6 +28,36 @@ def decode_step_bytes(cfg: ThinkerConfig, rows: int, kv_tokens: int, elem: int =
             "experts_per_layer": expected_experts(cfg.num_experts, cfg.num_experts_per_tok, rows)}
 
 
+def model_step_bytes(model: torch.nn.Module, rows: int, kv_tokens: int) -> dict[str, float]:
+    """decode_step_bytes counted from a built model's own tensors, for any decoder the thinker serves (Qwen3.5's
+    hybrid included): every weight once except the embedding table (only the rows' embeddings) and the experts (the
+    expected distinct experts of uniform routing), the K/V of the layers that keep it, and a hybrid model's state
+    slots read and written once per row."""
+    cfg = model.cfg
+    touched = expected_experts(cfg.num_experts, cfg.num_experts_per_tok, rows) if cfg.num_experts else 0.0
+    head = model.lm_head.weight  # read whole, tied to the embedding table or not
+    weights = float(head.numel() * head.element_size())
+    for name, t in model.named_parameters(remove_duplicate=False):
+        nbytes = t.numel() * t.element_size()
+        if name.startswith("lm_head."):
+            continue
+        if name.startswith("embed_tokens."):
+            weights += rows * nbytes / t.shape[0]
+        elif name.endswith(("mlp.gate_up_proj", "mlp.down_proj")) and cfg.num_experts:
+            weights += nbytes * touched / cfg.num_experts
+        else:
+            weights += nbytes
+    elem = model.lm_head.weight.element_size()
+    kv = kv_tokens * len(cfg.kv_layers) * 2 * cfg.num_kv_heads * cfg.head_dim * elem
+    state = 0.0
+    if cfg.hybrid is not None:
+        from services.thinker.model.linear_state import LinearStateCache
+
+        state = 2 * rows * LinearStateCache.bytes_per_slot(cfg.hybrid, model.lm_head.weight.dtype)
+    return {"total": weights + kv + state, "weights": weights, "kv": kv, "state": state,
+            "experts_per_layer": touched}
+
+
 def copy_bandwidth(device: torch.device, nbytes: int = 2 << 30, iters: int = 10) -> float:
     """Device-to-device copy in bytes/s, counting bytes read plus written (METHOD.md's ceiling)."""
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)

@@ -15,10 +15,12 @@ from bench.moe_routing import ROW_COUNTS, Calibration, RouterTap, moe_layers, st
 from bench.thinker.engine_loop import DecodeTrace
 from runtime.attention import allocate_kv_cache, build_attention_context
 from services.thinker.model import ThinkerLM
+from services.thinker.model.hybrid_lm import HybridLM
+from services.thinker.model.linear_state import build_state_context
 
 
 @torch.inference_mode()
-def replay_experts(model: ThinkerLM, sequences: dict[int, list[int]], max_batch_tokens: int = 8192,
+def replay_experts(model: ThinkerLM | HybridLM, sequences: dict[int, list[int]], max_batch_tokens: int = 8192,
                    block_size: int = 16, calibrate: Calibration | None = None,
                    calibrate_head: bool = False) -> dict[int, torch.Tensor]:
     """sequences: id -> token ids -> id -> [L, T, k] int16 expert ids at every position (on the host).
@@ -34,7 +36,7 @@ def replay_experts(model: ThinkerLM, sequences: dict[int, list[int]], max_batch_
     for batch in _packs(sequences, max_batch_tokens):
         lens = [len(sequences[s]) for s in batch]
         blocks = [-(-n // block_size) for n in lens]
-        kv = allocate_kv_cache(cfg.num_layers, sum(blocks), block_size, cfg.num_kv_heads, cfg.head_dim, dtype,
+        kv = allocate_kv_cache(len(cfg.kv_layers), sum(blocks), block_size, cfg.num_kv_heads, cfg.head_dim, dtype,
                                device)
         tables, first = [], 0
         for n in blocks:
@@ -43,18 +45,23 @@ def replay_experts(model: ThinkerLM, sequences: dict[int, list[int]], max_batch_
         ctx = build_attention_context(lens, lens, tables, block_size, device)
         ids = torch.tensor([t for s in batch for t in sequences[s]], device=device)
         positions = torch.cat([torch.arange(n).unsqueeze(0).expand(3, -1) for n in lens], dim=1).to(device)
+        extra = {}
+        if cfg.hybrid is not None:  # Qwen3.5: each sequence starts from a zeroed state slot of its own
+            states = model.allocate_states(len(batch), device)
+            extra["states"] = build_state_context(states, lens, list(range(len(batch))), [True] * len(batch), device)
         with tap.installed():
-            lm_out = model(model.embed(ids), positions, ctx, kv)  # text only: one position on all three M-RoPE axes
+            # text only: one position on all three M-RoPE axes
+            lm_out = model(model.embed(ids), positions, ctx, kv, **extra)
         if calibrate is not None and calibrate_head:
             calibrate(model.lm_head.weight, lm_out.hidden)
         picks = tap.take()  # [L, T, k]
         for seq, part in zip(batch, picks.split(lens, dim=1)):
             out[seq] = part
-        del kv
+        del kv, extra
     return out
 
 
-def trace_experts_touched(model: ThinkerLM, trace: DecodeTrace,
+def trace_experts_touched(model: ThinkerLM | HybridLM, trace: DecodeTrace,
                           row_counts: Sequence[int] = ROW_COUNTS) -> dict[str, Any]:
     """Distinct experts the traced decode steps read per row count (step_experts_touched), their sequences replayed."""
     used = {seq for step in trace.steps for seq, _ in step}
