@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
 
 import torch  # noqa: E402
 
-from bench.thinker.args import add_arguments, command_line  # noqa: E402
+from bench.thinker.args import add_arguments  # noqa: E402
 from bench.thinker.balance import balance_routing  # noqa: E402
 from bench.thinker.bench_thinker import Bench, free_cuda, provenance  # noqa: E402
 from bench.thinker.hf_baseline import time_generate  # noqa: E402

@@ -1,0 +1,94 @@
+"""Where a family's step time goes (bench/thinker/lm_families.py, released dims): the kernels of one eager prefill
+step of a fresh request and of the one-row and largest decode graph replays, by device time, plus the host ops of
+the prefill step by self time.
+
+    python bench/thinker/profile_lm.py --family qwen3.5-9b --out /tmp/profile-q35-9b.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from bench.thinker import engine_loop  # noqa: E402
+from bench.thinker.bench_lm import served_model, transformers_model  # noqa: E402
+from bench.thinker.lm_families import FAMILIES  # noqa: E402
+from bench.thinker.step_profile import kernel_breakdown  # noqa: E402
+from bench.thinker.workload import PromptMaker  # noqa: E402
+from runtime.config import EngineConfig  # noqa: E402
+from runtime.model_path import resolve_model  # noqa: E402
+from services.thinker.model import ThinkerConfig  # noqa: E402
+
+
+def top_events(prof: Any, device: bool, top: int = 16) -> list[dict[str, Any]]:
+    """Events summed by name: CUDA kernels by device time, or host ops by self CPU time."""
+    total: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for ev in prof.events():
+        on_device = ev.device_type == torch.autograd.DeviceType.CUDA
+        if on_device != device:
+            continue
+        total[ev.name] += ev.time_range.elapsed_us() if device else ev.self_cpu_time_total
+        calls[ev.name] += 1
+    return [{"name": name[:100], "us": round(us, 1), "calls": calls[name]}
+            for name, us in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--family", choices=sorted(FAMILIES), required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument("--rows", type=int, default=32, help="the larger decode graph profiled")
+    args = p.parse_args()
+    device, dtype = torch.device("cuda"), torch.bfloat16
+    family = FAMILIES[args.family](False)
+    cfg = ThinkerConfig.from_dict(family.root)
+    model = served_model(transformers_model(family, device, dtype), cfg, device)
+    eng = EngineConfig(max_num_seqs=args.rows, max_batch_tokens=2048, kv_cache_bytes=4 << 30, max_model_len=4096,
+                       decode_batch_buckets=(1, args.rows))
+    engine = engine_loop.build_engine(model, eng, device, dtype)
+    maker = PromptMaker(resolve_model(family.demo_model), args.prompt_tokens)
+    options = engine_loop.workload_sampling("greedy", 8)
+
+    def first_step(index: int) -> float:
+        ids = maker.make(index).token_ids
+        engine.add(engine_loop.text_sequence(index, ids, options, engine_loop.text_request(ids, cfg)))
+        t0 = time.perf_counter()
+        engine.step()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        while engine.has_work:
+            engine.step()
+        return seconds
+
+    warm = [first_step(i) for i in range(3)]
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        seconds = first_step(3)
+    out: dict[str, Any] = {
+        "family": family.name, "prompt_tokens": args.prompt_tokens,
+        "prefill_step_ms": {"warm_ups": [s * 1e3 for s in warm], "profiled": seconds * 1e3},
+        "prefill_kernels": top_events(prof, device=True), "prefill_host_ops": top_events(prof, device=False),
+    }
+    runner = engine.runner.inner
+    kv_len = args.prompt_tokens + 64
+    out["decode"] = [kernel_breakdown(runner, b, kv_len, top=16) for b in (1, args.rows)]
+    args.out.write_text(json.dumps(out, indent=1))
+    print(json.dumps({"prefill_step_ms": out["prefill_step_ms"], "prefill_kernels": out["prefill_kernels"][:8],
+                      "prefill_host_ops": out["prefill_host_ops"][:8],
+                      "decode": [{k: d.get(k) for k in ("rows", "device_us_per_step", "kernels_per_step")} | {
+                          "top": d.get("top", [])[:8]} for d in out["decode"]]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
