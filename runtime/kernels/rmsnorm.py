@@ -20,26 +20,29 @@ ROUTER_IN_NORM_MAX_TOKENS = 32
 
 
 def fused_add_rmsnorm(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-6
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-6,
+    zero_centred: bool = False,
 ) -> NormResult:
-    """h = x + residual; returns (weight * rmsnorm(h), h). With residual None, h is x (a decoder's first norm)."""
+    """h = x + residual; returns (weight * rmsnorm(h), h). With residual None, h is x (a decoder's first norm).
+    zero_centred: Qwen3.5's norm instead, (1 + weight) * rmsnorm(h) in fp32, rounded once."""
     if use_triton(x, weight) and (residual is None or use_triton(residual)) and x.stride(-1) == 1:
         from runtime.kernels.rmsnorm_triton import fused_add_rmsnorm_triton  # imports triton
 
-        return fused_add_rmsnorm_triton(x, residual, weight, eps)
-    return add_rmsnorm_reference(x, residual, weight, eps)
+        return fused_add_rmsnorm_triton(x, residual, weight, eps, zero_centred)
+    return add_rmsnorm_reference(x, residual, weight, eps, zero_centred)
 
 
 def fused_add_rmsnorm_router(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, router_w: torch.Tensor, eps: float = 1e-6
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, router_w: torch.Tensor, eps: float = 1e-6,
+    zero_centred: bool = False,
 ) -> RoutedNorm:
     """`fused_add_rmsnorm` plus the MoE router logits of its output, normed @ router_w^T ([T, E], x's dtype)."""
     if (use_triton(x, weight, router_w) and (residual is None or use_triton(residual)) and x.dim() == 2
             and x.stride(-1) == 1 and x.shape[0] <= ROUTER_IN_NORM_MAX_TOKENS):
         from runtime.kernels.rmsnorm_triton import fused_add_rmsnorm_router_triton  # imports triton
 
-        return fused_add_rmsnorm_router_triton(x, residual, weight, router_w, eps)
-    normed, h = fused_add_rmsnorm(x, residual, weight, eps)
+        return fused_add_rmsnorm_router_triton(x, residual, weight, router_w, eps, zero_centred)
+    normed, h = fused_add_rmsnorm(x, residual, weight, eps, zero_centred)
     return RoutedNorm(normed, h, F.linear(normed, router_w))
 
 

@@ -32,19 +32,29 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) 
     return weight * normed
 
 
+def zero_centred_rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Qwen3.5's norm: (1 + weight) * (x / rms(x)), all in fp32 and rounded to x's dtype once, at the end."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + weight.float())).to(x.dtype)
+
+
 def add_rmsnorm_reference(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-6
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-6,
+    zero_centred: bool = False,
 ) -> NormResult:
-    """h = x + residual (in x's dtype, like the model's residual stream), then (rmsnorm(h), h)."""
+    """h = x + residual (in x's dtype, like the model's residual stream), then (rmsnorm(h), h); zero_centred: the
+    norm is zero_centred_rmsnorm_reference."""
     h = x if residual is None else x + residual
-    return NormResult(rmsnorm_reference(h, weight, eps), h)
+    norm = zero_centred_rmsnorm_reference if zero_centred else rmsnorm_reference
+    return NormResult(norm(h, weight, eps), h)
 
 
 def add_rmsnorm_router_reference(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, router_w: torch.Tensor, eps: float = 1e-6
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, router_w: torch.Tensor, eps: float = 1e-6,
+    zero_centred: bool = False,
 ) -> RoutedNorm:
     """`add_rmsnorm_reference`, then the router logits of the normed rows (router_w [E, H], no bias)."""
-    normed, h = add_rmsnorm_reference(x, residual, weight, eps)
+    normed, h = add_rmsnorm_reference(x, residual, weight, eps, zero_centred)
     return RoutedNorm(normed, h, F.linear(normed, router_w))
 
 

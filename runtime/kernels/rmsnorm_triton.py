@@ -15,10 +15,11 @@ ROUTER_BLOCK_E = 4  # router rows per program: 32 programs per token at E=128, e
 @triton.jit
 def _add_rmsnorm_row(
     x_ptr, res_ptr, w_ptr, row, N, eps, stride_x, stride_r, cols, mask,
-    HAS_RESIDUAL: tl.constexpr, RES_DTYPE: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, RES_DTYPE: tl.constexpr, ZERO_CENTRED: tl.constexpr,
 ):
     """(h, weight * rmsnorm(h)) of one row, h = x + residual rounded to the residual dtype; normed in fp32 values
-    already rounded as the model rounds them (normed, then weight * normed, in the activation dtype)."""
+    already rounded as the model rounds them (normed, then weight * normed, in the activation dtype). ZERO_CENTRED:
+    Qwen3.5's (1 + weight) * rmsnorm(h), kept in fp32 until the caller's single rounding."""
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         # round the sum to the activation dtype first: the model's residual stream is stored that way
@@ -26,8 +27,10 @@ def _add_rmsnorm_row(
         x = x.to(RES_DTYPE)
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, 0) / N + eps)
-    normed = (xf * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    if ZERO_CENTRED:
+        return x, xf * rstd * (1.0 + w)
+    normed = (xf * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
     return x, normed * w
 
 
@@ -35,13 +38,13 @@ def _add_rmsnorm_row(
 def _add_rmsnorm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, N, eps,
     stride_x, stride_r, stride_o, stride_ro,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, ZERO_CENTRED: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
     h, normed = _add_rmsnorm_row(x_ptr, res_ptr, w_ptr, row, N, eps, stride_x, stride_r, cols, mask,
-                                 HAS_RESIDUAL, res_out_ptr.dtype.element_ty)
+                                 HAS_RESIDUAL, res_out_ptr.dtype.element_ty, ZERO_CENTRED)
     if HAS_RESIDUAL:
         tl.store(res_out_ptr + row * stride_ro + cols, h, mask=mask)
     tl.store(out_ptr + row * stride_o + cols, normed.to(out_ptr.dtype.element_ty), mask=mask)
@@ -51,7 +54,7 @@ def _add_rmsnorm_kernel(
 def _add_rmsnorm_router_kernel(
     x_ptr, res_ptr, w_ptr, router_ptr, out_ptr, res_out_ptr, logits_ptr, N, num_experts, eps,
     stride_x, stride_r, stride_o, stride_ro, stride_re, stride_l,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, ZERO_CENTRED: tl.constexpr,
 ):
     """Program (row, expert block): every program normalises the row (a few KB, cheaper than a second launch) and
     computes BLOCK_E router logits from it; the first program of the row also stores the norm and the residual."""
@@ -60,7 +63,7 @@ def _add_rmsnorm_router_kernel(
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
     h, normed = _add_rmsnorm_row(x_ptr, res_ptr, w_ptr, row, N, eps, stride_x, stride_r, cols, mask,
-                                 HAS_RESIDUAL, res_out_ptr.dtype.element_ty)
+                                 HAS_RESIDUAL, res_out_ptr.dtype.element_ty, ZERO_CENTRED)
     normed = normed.to(out_ptr.dtype.element_ty)  # the MoE input, as the router GEMM would read it
     if eblock == 0:
         if HAS_RESIDUAL:
@@ -75,7 +78,8 @@ def _add_rmsnorm_router_kernel(
 
 
 def fused_add_rmsnorm_triton(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-6
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-6,
+    zero_centred: bool = False,
 ) -> NormResult:
     """`add_rmsnorm_reference` in one pass over x [.., H] (and residual): one read each, two writes."""
     shape = x.shape
@@ -88,13 +92,15 @@ def fused_add_rmsnorm_triton(
     _add_rmsnorm_kernel[(rows,)](
         x2, res2, weight, out, res_out, hidden, eps,
         x2.stride(0), res2.stride(0), out.stride(0), res_out.stride(0),
-        HAS_RESIDUAL=residual is not None, BLOCK_N=block_n, num_warps=min(max(block_n // 256, 1), 8),
+        HAS_RESIDUAL=residual is not None, BLOCK_N=block_n, ZERO_CENTRED=zero_centred,
+        num_warps=min(max(block_n // 256, 1), 8),
     )
     return NormResult(out.view(shape), res_out.view(shape) if residual is not None else x)
 
 
 def fused_add_rmsnorm_router_triton(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, router_w: torch.Tensor, eps: float = 1e-6
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, router_w: torch.Tensor, eps: float = 1e-6,
+    zero_centred: bool = False,
 ) -> RoutedNorm:
     """`add_rmsnorm_router_reference` in one launch over x [T, H]: for decode-size T (the router GEMV runs on the
     CUDA cores, every program re-reading the row), where it saves the router GEMM's launch."""
@@ -110,7 +116,7 @@ def fused_add_rmsnorm_router_triton(
     _add_rmsnorm_router_kernel[(rows, triton.cdiv(num_experts, block_e))](
         x, res, weight, router_w, out, res_out, logits, hidden, num_experts, eps,
         x.stride(0), res.stride(0), out.stride(0), res_out.stride(0), router_w.stride(0), logits.stride(0),
-        HAS_RESIDUAL=residual is not None, BLOCK_N=block_n, BLOCK_E=block_e,
+        HAS_RESIDUAL=residual is not None, BLOCK_N=block_n, BLOCK_E=block_e, ZERO_CENTRED=zero_centred,
         num_warps=min(max(block_n * block_e // 1024, 1), 8),
     )
     return RoutedNorm(out, res_out if residual is not None else x, logits)

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from runtime.attention import AttentionContext
+from runtime.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_router
 from services.thinker.model.attention import AttentionBackend
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.gated_attention import GatedAttention
@@ -43,3 +44,24 @@ class HybridDecoderLayer(nn.Module):
             x = x + self.self_attn(h, cos, sin, kv_cache, ctx)
         h = self.post_attention_layernorm(x)
         return x + (self.mlp.forward_fused(h) if self.fused_moe else self.mlp(h))
+
+    def forward_fused(self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+                      kv_cache: torch.Tensor | None, ctx: AttentionContext,
+                      states: StateContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """The GPU path, residual carried apart: the layer output is `out + residual` (summed by the next norm, one
+        fused add + zero-centred norm launch; the MoE's router logits come out of the second).
+
+        x: [T, H] (with `residual` None, the layer input itself) -> (out [T, H], residual [T, H])."""
+        norm = self.input_layernorm
+        h, residual = fused_add_rmsnorm(x, residual, norm.weight, norm.eps, zero_centred=True)
+        if self.is_linear:
+            mixed = self.linear_attn(h, states)
+        else:
+            mixed = self.self_attn(h, cos, sin, kv_cache, ctx)
+        norm = self.post_attention_layernorm
+        if self.fused_moe:
+            h, residual, logits = fused_add_rmsnorm_router(mixed, residual, norm.weight, self.mlp.gate.weight,
+                                                           norm.eps, zero_centred=True)
+            return self.mlp.forward_fused(h, logits), residual
+        h, residual = fused_add_rmsnorm(mixed, residual, norm.weight, norm.eps, zero_centred=True)
+        return self.mlp(h), residual

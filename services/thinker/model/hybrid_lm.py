@@ -3,7 +3,8 @@ with state slots, gated attention layers with paged KV), zero-centred final norm
 
 Same contract as ThinkerLM (load, embed, forward -> LMOutput, compute_logits), plus the step's StateContext.
 The plain-PyTorch path is exact (CPU, fp32); `enable_kernels` moves attention to the paged-attention kernels, the
-MoE to the fused MoE and (on CUDA with fla-core) the delta rule to fla's Triton kernels.
+MoE to the fused MoE, each residual add into the next norm's kernel, and (on CUDA with fla-core) the delta rule to
+fla's Triton kernels; the conv and gated norm of the DeltaNet layers take their Triton kernels on CUDA either way.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from torch import nn
 
 from runtime.attention import AttentionContext, paged_attention
+from runtime.kernels.rmsnorm import fused_add_rmsnorm
 from runtime.weights import load_component
 from services.thinker.model.attention import AttentionBackend
 from services.thinker.model.checkpoint import fuse_experts
@@ -87,6 +89,8 @@ class HybridLM(nn.Module):
         if capture_layer is not None and not 1 <= capture_layer <= len(self.layers):
             raise ValueError(f"capture_layer {capture_layer} must be in 1..{len(self.layers)}")
         cos, sin = self.rope(positions, x.dtype)  # [T, rotary dims] each
+        if self.use_kernels:
+            return self._forward_fused(x, cos, sin, ctx, kv_caches, states, capture_layer)
         captured = None
         for i, layer in enumerate(self.layers):
             kv = kv_caches[self.kv_layer[i]] if i in self.kv_layer else None
@@ -94,6 +98,19 @@ class HybridLM(nn.Module):
             if capture_layer == i + 1:
                 captured = x
         return LMOutput(hidden=self.norm(x), captured=captured)
+
+    def _forward_fused(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: AttentionContext,
+                       kv_caches: list[torch.Tensor], states: StateContext, capture_layer: int | None) -> LMOutput:
+        """The kernel path: each residual add fused into the next zero-centred norm (HybridDecoderLayer.forward_fused)."""
+        residual: torch.Tensor | None = None
+        captured = None
+        for i, layer in enumerate(self.layers):
+            kv = kv_caches[self.kv_layer[i]] if i in self.kv_layer else None
+            x, residual = layer.forward_fused(x, residual, cos, sin, kv, ctx, states)
+            if capture_layer == i + 1:
+                captured = x + residual
+        hidden, _ = fused_add_rmsnorm(x, residual, self.norm.weight, self.norm.eps, zero_centred=True)
+        return LMOutput(hidden=hidden, captured=captured)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, H] -> [N, V] float32."""

@@ -1,16 +1,12 @@
 """Qwen3.5's two RMSNorms: zero-centred (scale 1 + w, weights stored around 0) and the DeltaNet output norm gated by
-SiLU(z)."""
+SiLU(z). Their math lives in runtime.kernels (the references here, one fused kernel each on the GPU path)."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-
-def _normalise(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """fp32 x / rms(x) over the last dim."""
-    x32 = x.float()
-    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+from runtime.kernels.gated_rmsnorm import gated_rmsnorm
+from runtime.kernels.rmsnorm_reference import zero_centred_rmsnorm_reference
 
 
 class ZeroCentredRMSNorm(nn.Module):
@@ -22,7 +18,7 @@ class ZeroCentredRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (_normalise(x, self.eps) * (1.0 + self.weight.float())).to(x.dtype)
+        return zero_centred_rmsnorm_reference(x, self.weight, self.eps)
 
 
 class GatedRMSNorm(nn.Module):
@@ -35,5 +31,4 @@ class GatedRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         """x, gate: [..., D] -> [..., D]."""
-        scaled = self.weight * _normalise(x, self.eps).to(x.dtype)
-        return (scaled * F.silu(gate.float())).to(x.dtype)
+        return gated_rmsnorm(x, gate, self.weight, self.eps)

@@ -54,3 +54,20 @@ def test_kernel_path_on_cpu_matches_reference_path(hybrid_ckpt, hybrid_lm: Hybri
         for e, a in zip(expected, actual):
             torch.testing.assert_close(a, e, **TOL)
         feeds = [(seq, [int(e[-1].argmax())]) for seq, e in enumerate(expected)]
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_kernel_path_on_cpu_equals_plain_path(qwen3_5_ckpt: Path, qwen3_5_moe_ckpt: Path, moe: bool) -> None:
+    """The kernel path's wiring (residual carried apart into fused zero-centred norms, the router's logits from the
+    norm, the fused MoE) through its CPU references: the same numbers as the plain path, step after step."""
+    ckpt = qwen3_5_moe_ckpt if moe else qwen3_5_ckpt
+    plain = HybridRunner(HybridLM.load(ckpt, use_kernels=False), seed=1)
+    model = HybridLM.load(ckpt, use_kernels=True)
+    assert model.use_kernels
+    kernels = HybridRunner(model, seed=1)
+    feeds = [(i, p) for i, p in enumerate(PROMPTS)]
+    for _ in range(3):
+        want, got = plain.step(feeds), kernels.step(feeds)
+        for w, g in zip(want, got):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        feeds = [(i, [int(w[-1].argmax())]) for i, w in enumerate(want)]

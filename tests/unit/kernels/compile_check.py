@@ -118,8 +118,10 @@ def compile_norms() -> None:
         x = torch.zeros(2, hidden, dtype=BF16)
         w = torch.zeros(hidden, dtype=BF16)
         for residual in (x, None):
-            fused_add_rmsnorm_triton(x, residual, w)
-            fused_add_rmsnorm_router_triton(x, residual, w, torch.zeros(experts, hidden, dtype=BF16))
+            for zero_centred in (False, True):  # Qwen3-Omni's norm, Qwen3.5's
+                fused_add_rmsnorm_triton(x, residual, w, zero_centred=zero_centred)
+                fused_add_rmsnorm_router_triton(x, residual, w, torch.zeros(experts, hidden, dtype=BF16),
+                                                zero_centred=zero_centred)
     qkv = torch.zeros(2, 40 * 128, dtype=BF16)
     q, k, v = qkv[:, :4096].view(2, 32, 128), qkv[:, 4096:4608].view(2, 4, 128), qkv[:, 4608:].view(2, 4, 128)
     hw, cos = torch.zeros(128, dtype=BF16), torch.zeros(2, 128)
@@ -128,11 +130,22 @@ def compile_norms() -> None:
                               torch.zeros(2, dtype=torch.int64))
 
 
+def compile_deltanet_parts() -> None:
+    """Qwen3.5's Gated DeltaNet output norm (32 value heads of 128) and causal conv decode (8,192 channels)."""
+    from runtime.kernels.causal_conv_triton import causal_conv_decode_triton
+    from runtime.kernels.gated_rmsnorm_triton import gated_rmsnorm_triton
+
+    x = torch.zeros(2, 32, 128, dtype=BF16)
+    gated_rmsnorm_triton(x, x, torch.zeros(128, dtype=BF16), 1e-6)
+    causal_conv_decode_triton(torch.zeros(2, 8192, dtype=BF16), torch.zeros(8192, 4, dtype=BF16),
+                              torch.zeros(3, 8192, 3, dtype=BF16), torch.zeros(2, dtype=torch.int64))
+
+
 if __name__ == "__main__":
     install()
     torch.set_num_threads(1)
     failures = []
-    for check in (compile_moe, compile_attention, compile_norms):
+    for check in (compile_moe, compile_attention, compile_norms, compile_deltanet_parts):
         try:
             check()
         except Exception as exc:  # noqa: BLE001  report every family, then fail

@@ -142,11 +142,12 @@ def check_norms(dtype: torch.dtype) -> None:
     gen = torch.Generator().manual_seed(2)
     x, res, w = (torch.randn(*s, generator=gen).to(dtype) for s in ((5, 48), (5, 48), (48,)))
     router = torch.randn(6, 48, generator=gen).to(dtype)  # 6 experts: the last expert block is partial
-    for residual in (None, res):
-        got, ref = fused_add_rmsnorm_triton(x, residual, w), add_rmsnorm_reference(x, residual, w)
+    for residual, zero_centred in ((None, False), (res, False), (None, True), (res, True)):
+        got = fused_add_rmsnorm_triton(x, residual, w, zero_centred=zero_centred)
+        ref = add_rmsnorm_reference(x, residual, w, zero_centred=zero_centred)
         assert torch.equal(got.residual, ref.residual) and rel_err(got.normed, ref.normed) < 2e-3
-        got, ref = fused_add_rmsnorm_router_triton(x, residual, w, router), add_rmsnorm_router_reference(
-            x, residual, w, router)
+        got = fused_add_rmsnorm_router_triton(x, residual, w, router, zero_centred=zero_centred)
+        ref = add_rmsnorm_router_reference(x, residual, w, router, zero_centred=zero_centred)
         assert torch.equal(got.residual, ref.residual) and rel_err(got.normed, ref.normed) < 2e-3
         assert rel_err(got.logits, ref.logits) < 2e-3
     qkv = torch.randn(5, 160, generator=gen).to(dtype)
@@ -166,6 +167,28 @@ def check_norms(dtype: torch.dtype) -> None:
     assert torch.equal(flat[1, slots], v) and torch.equal(flat[:, others], cache.view(2, 32, 2, 16)[:, others])
 
 
+def check_deltanet_parts(dtype: torch.dtype) -> None:
+    """Gated DeltaNet's output norm and its width-4 causal conv decode step (Qwen3.5)."""
+    from runtime.kernels.causal_conv import causal_conv_decode_reference
+    from runtime.kernels.causal_conv_triton import causal_conv_decode_triton
+    from runtime.kernels.gated_rmsnorm import gated_rmsnorm_reference
+    from runtime.kernels.gated_rmsnorm_triton import gated_rmsnorm_triton
+
+    gen = torch.Generator().manual_seed(3)
+    x, gate = (torch.randn(5, 3, 16, generator=gen).to(dtype) for _ in range(2))  # 15 head rows: a partial block
+    w = (1 + 0.1 * torch.randn(16, generator=gen)).to(dtype)
+    assert rel_err(gated_rmsnorm_triton(x, gate, w, 1e-6), gated_rmsnorm_reference(x, gate, w, 1e-6)) < 2e-3
+    channels, slots = 600, torch.tensor([4, 0, 2])  # 600 channels: two channel blocks, the second partial
+    xs = torch.randn(3, channels, generator=gen).to(dtype)
+    weight = torch.randn(channels, 4, generator=gen).to(dtype)
+    states = torch.randn(5, channels, 3, generator=gen).to(dtype)
+    got_states, ref_states = states.clone(), states.clone()
+    got = causal_conv_decode_triton(xs, weight, got_states, slots)
+    ref = causal_conv_decode_reference(xs, weight, ref_states, slots)
+    assert rel_err(got, ref) < 2e-3 and torch.equal(got_states, ref_states)
+    assert torch.equal(got_states[[1, 3]], states[[1, 3]])  # slots no row holds are untouched
+
+
 if __name__ == "__main__":
     patch_numpy_scalars()
     torch.set_num_threads(1)  # tiny shapes: threads only contend on a shared CPU
@@ -174,5 +197,6 @@ if __name__ == "__main__":
         check_small_moe(dtype)
         check_attention(dtype)
         check_norms(dtype)
+        check_deltanet_parts(dtype)
     print("interpreter checks passed")
     sys.exit(0)

@@ -1,0 +1,51 @@
+"""GPU: Qwen3.5's kernels in Triton against their references in bf16: the zero-centred fused add + norm (alone and
+with the router), the Gated DeltaNet output norm and the width-4 causal conv decode step over state slots."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime.kernels.causal_conv import causal_conv_decode, causal_conv_decode_reference
+from runtime.kernels.gated_rmsnorm import gated_rmsnorm, gated_rmsnorm_reference
+from runtime.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_router
+from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference, add_rmsnorm_router_reference
+from tests.unit.kernels.kernel_data import needs_cuda, rel_err
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not needs_cuda(), reason="needs a CUDA device")]
+BF16 = torch.bfloat16
+
+
+@pytest.mark.parametrize("tokens", [1, 32, 333])
+def test_zero_centred_add_norm_matches_reference(tokens: int) -> None:
+    pytest.importorskip("triton")
+    x, res = (torch.randn(tokens, 4096, device="cuda").to(BF16) for _ in range(2))
+    weight = (0.1 * torch.randn(4096, device="cuda")).to(BF16)  # stored around 0: the scale is 1 + w
+    got = fused_add_rmsnorm(x, res, weight, zero_centred=True)
+    ref = add_rmsnorm_reference(x, res, weight, zero_centred=True)
+    assert torch.equal(got.residual, ref.residual) and rel_err(got.normed, ref.normed) < 4e-3
+    router = torch.randn(256, 4096, device="cuda").to(BF16) / 64
+    got = fused_add_rmsnorm_router(x, res, weight, router, zero_centred=True)
+    ref = add_rmsnorm_router_reference(x, res, weight, router, zero_centred=True)
+    assert rel_err(got.normed, ref.normed) < 4e-3 and rel_err(got.logits, ref.logits) < 1e-2
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 64])
+def test_gated_rmsnorm_matches_reference(tokens: int) -> None:
+    pytest.importorskip("triton")
+    x, z = (torch.randn(tokens, 32, 128, device="cuda").to(BF16) for _ in range(2))
+    weight = (1 + 0.1 * torch.randn(128, device="cuda")).to(BF16)
+    assert rel_err(gated_rmsnorm(x, z, weight, 1e-6), gated_rmsnorm_reference(x, z, weight, 1e-6)) < 4e-3
+
+
+@pytest.mark.parametrize("rows", [1, 3, 32])
+def test_causal_conv_decode_matches_reference(rows: int) -> None:
+    pytest.importorskip("triton")
+    slots = torch.randperm(40, device="cuda")[:rows]
+    x = torch.randn(rows, 8192, device="cuda").to(BF16)
+    weight = torch.randn(8192, 4, device="cuda").to(BF16) / 2
+    states = torch.randn(40, 8192, 3, device="cuda").to(BF16)
+    got_states, ref_states = states.clone(), states.clone()
+    got = causal_conv_decode(x, weight, got_states, slots)
+    ref = causal_conv_decode_reference(x, weight, ref_states, slots)
+    assert rel_err(got, ref) < 1e-2
+    assert torch.equal(got_states, ref_states)  # the shift moves values; nothing is rounded
