@@ -2,6 +2,8 @@
 logits of each paged decode step (recurrent state in a slot, KV in shuffled blocks) and the greedy tokens."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
