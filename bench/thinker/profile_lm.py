@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from bench.thinker import engine_loop  # noqa: E402
 from bench.thinker.bench_lm import served_model, transformers_model  # noqa: E402
+from bench.thinker.bench_thinker import provenance_of  # noqa: E402
 from bench.thinker.lm_families import FAMILIES  # noqa: E402
 from bench.thinker.step_profile import kernel_breakdown  # noqa: E402
 from bench.thinker.workload import PromptMaker  # noqa: E402
@@ -75,8 +76,9 @@ def main() -> None:
     warm = [first_step(i) for i in range(3)]
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         seconds = first_step(3)
+    command = f"python bench/thinker/profile_lm.py --family {args.family} --out {args.out}"
     out: dict[str, Any] = {
-        "family": family.name, "prompt_tokens": args.prompt_tokens,
+        **provenance_of(command, device), "family": family.name, "prompt_tokens": args.prompt_tokens,
         "prefill_step_ms": {"warm_ups": [s * 1e3 for s in warm], "profiled": seconds * 1e3},
         "prefill_kernels": top_events(prof, device=True), "prefill_host_ops": top_events(prof, device=False),
     }
