@@ -29,6 +29,7 @@ from gateway.request_decode import SERVICE_NAME, add_omni_servicer
 from gateway.service import OmniService
 from gateway.servicer import OmniServicer
 from gateway.transcribe import TranscribeService
+from gateway.transcribe_windows import window_samples
 
 QWEN3_ASR_MIN_SAMPLES = 8000
 
@@ -59,7 +60,9 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
         input_modalities=["text", *sorted(served_inputs)],
         output_modalities=[omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if talker else []))
     add = partial(add_omni_servicer, max_request_bytes=mesh.gateway.server.max_message_bytes)
-    transcriber = TranscribeService(service, family, mesh.gateway.max_audio_seconds)
+    audio_config = read_family(model_dir).thinker.get("audio_config") or {}
+    transcriber = TranscribeService(service, family, mesh.gateway.max_audio_seconds,
+                                    stream_window_samples=window_samples(audio_config))
     server.add_service(add, OmniServicer(service, mesh.gateway, info, transcriber), SERVICE_NAME)
     return lambda: None
 

@@ -100,13 +100,16 @@ class OmniService:
             raise Unavailable("; ".join(str(a) for a in failed), stage=",".join(s for s in stages if s))
         return list(answers)
 
-    async def chat(self, chat: ChatInput, timeout: float | None) -> AsyncIterator[ChatEventOut]:
+    async def chat(self, chat: ChatInput, timeout: float | None,
+                   prompt: ThinkerPrompt | None = None) -> AsyncIterator[ChatEventOut]:
+        """`prompt`: the thinker prompt already made (its media encoded) by the caller; None: made here from `chat`."""
         t0 = time.monotonic()
         self.check_served(chat)
         if chat.want_audio and chat.voice and chat.voice.lower() not in (voices := await self.voices()):
             raise InvalidArgument("voice", f"unknown voice {preview(chat.voice)}; this deployment speaks "
                                   f"{', '.join(voices)}")
-        prompt = await self._thinker_prompt(chat, timeout)
+        if prompt is None:
+            prompt = await self._thinker_prompt(chat, timeout)
         stream = self.thinker.generate(prompt, chat.sampling, want_conditioning=chat.want_audio, timeout=timeout)
         if chat.want_audio:
             assert self.talker is not None

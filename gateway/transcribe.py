@@ -14,8 +14,9 @@ from runtime.errors import InvalidArgument, Unimplemented
 from runtime.sampling import resolve_sampling
 from gateway.chat_input import ChatInput, MediaBytes, Turn
 from gateway.long_audio import MAX_WINDOW_S, header_seconds, pieces, wav_bytes
-from gateway.media.audio import DEFAULT_MAX_SECONDS, decode_audio
-from gateway.service import DoneEvent, OmniService, TextEvent, UsageEvent
+from gateway.media.audio import DEFAULT_MAX_SECONDS, TARGET_RATE, decode_audio
+from gateway.service import ChatEventOut, DoneEvent, OmniService, TextEvent, UsageEvent
+from gateway.transcribe_windows import WindowCache, audio_client, cut, partial_prompt, stream_samples
 from gateway.transcription import ASR_TEXT, assistant_prefill, language_name
 
 MAX_CONTEXT_CHARS = 10_000
@@ -69,11 +70,13 @@ class TranscribeService:
     `window_s` is transcribed window by window (see long_audio.py), the pieces' transcripts joined."""
 
     def __init__(self, service: OmniService, family: str, max_audio_seconds: float = DEFAULT_MAX_SECONDS,
-                 window_s: float = MAX_WINDOW_S) -> None:
+                 window_s: float = MAX_WINDOW_S, stream_window_samples: int = 128_000) -> None:
+        """`stream_window_samples`: the audio encoder's attention window in 16 kHz samples (transcribe_windows.py)."""
         self.service = service
         self.family = family
         self.max_audio_seconds = max_audio_seconds
         self.window_s = window_s
+        self.stream_window_samples = stream_window_samples
 
     def check_family(self) -> None:
         if self.family != "qwen3-asr":
@@ -82,14 +85,44 @@ class TranscribeService:
 
     async def transcribe(self, request: TranscribeInput, timeout: float | None) -> AsyncIterator[TranscribeEventOut]:
         self.check_family()
-        await self._check_context(request.context)
+        await self.check_context(request.context)
         audio = request.chat.media[0]
         if await asyncio.to_thread(header_seconds, audio.data) > self.window_s:
             async for ev in self._transcribe_long(request, audio, timeout):
                 yield ev
             return
+        async for ev in self.answer(request, self.service.chat(request.chat, timeout)):
+            yield ev
+
+    async def transcribe_partial(self, request: TranscribeInput, pcm16: bytes, sample_rate: int, cache: WindowCache,
+                                 timeout: float | None) -> AsyncIterator[TranscribeEventOut]:
+        """A partial transcript of a stream's audio so far that reuses `cache`'s encoded windows and the thinker's
+        cached prefix (transcribe_windows.py); nothing when too little audio has come to make one. Audio past
+        `window_s` is transcribed as Transcribe does it, window by window, without reuse."""
+        self.check_family()
+        await self.check_context(request.context)
+        samples = await asyncio.to_thread(stream_samples, pcm16, sample_rate)
+        if samples.shape[0] > self.window_s * TARGET_RATE:
+            chat = with_audio(request.chat, request.chat.request_id, wav_bytes(samples))
+            async for ev in self.transcribe(replace(request, chat=chat), timeout):
+                yield ev
+            return
+        pieces = cut(samples, self.stream_window_samples)
+        if not pieces:
+            return
+        self.service.media.check_served(request.chat.media, use_audio_in_video=False)
+        audio = audio_client(self.service)
+        assert audio is not None  # check_served refuses audio when no audio stage is routed to
+        embeddings = await cache.embeddings(audio, request.chat.request_id, pieces, timeout)
+        prompt = await partial_prompt(self.service, request.chat, pieces, embeddings)
+        async for ev in self.answer(request, self.service.chat(request.chat, timeout, prompt=prompt)):
+            yield ev
+
+    async def answer(self, request: TranscribeInput, chat_events: AsyncIterator[ChatEventOut]
+                     ) -> AsyncIterator[TranscribeEventOut]:
+        """One chat's events as a transcription's: the model's answer split into language and transcript."""
         split = AnswerSplitter(request.language, self.service.prompts.tokenizer.token_id(ASR_TEXT))
-        async for ev in self.service.chat(request.chat, timeout):
+        async for ev in chat_events:
             if isinstance(ev, TextEvent):
                 for out in split.feed(ev):
                     yield out
@@ -128,7 +161,7 @@ class TranscribeService:
         yield UsageEvent(usage)
         yield DoneEvent(finish)
 
-    async def _check_context(self, context: str) -> None:
+    async def check_context(self, context: str) -> None:
         if not context:
             return
         num_tokens = len(await asyncio.to_thread(self.service.prompts.tokenizer.encode, context, False))

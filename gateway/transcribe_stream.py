@@ -1,9 +1,11 @@
 """TranscribeStream: audio that arrives as it is recorded (16-bit mono PCM chunks) is transcribed as a whole once the
 client closes its side, through Transcribe's path (so the final transcript is the one a whole-file Transcribe of
-the same samples gives); while it arrives, partial transcripts of the audio so far, each a Transcribe of it.
+the same samples gives); while it arrives, partial transcripts of the audio so far.
 
-Partials re-run the audio so far (the thinker's prefix cache keeps the context turn's KV; the audio is re-encoded):
-work that grows with the length of the recording, as the reference's streaming does."""
+A partial reuses the work of those before it (transcribe_windows.py): the audio stage encodes only the encoder
+attention windows (8 s) finished since, plus the unfinished tail, and the thinker prefills only past its cached
+prefix, which covers every finished window. Partials are approximate (each window's log-mel is made from that window
+alone); the final transcript never is: it is made from scratch, exactly as a whole-file Transcribe."""
 from __future__ import annotations
 
 import asyncio
@@ -20,9 +22,10 @@ from runtime.config import SamplingDefaults
 from runtime.errors import InvalidArgument
 from gateway.transcribe import TranscribeEventOut, TranscribeInput, TranscribeService, TranscriptEvent
 from gateway.transcribe import transcribe_input_from_pb, with_audio
+from gateway.transcribe_windows import WindowCache
 
 MIN_RATE, MAX_RATE = 8_000, 48_000
-MIN_PARTIAL_EVERY_S = 0.5  # a partial re-runs all the audio so far: more often would mostly re-do work
+MIN_PARTIAL_EVERY_S = 0.5  # each partial still re-encodes the tail window and prefills past the last window
 
 
 @dataclass
@@ -122,14 +125,15 @@ async def transcribe_stream(transcriber: TranscribeService, settings: StreamSett
     reader = asyncio.create_task(audio.fill(chunks))
     try:
         done_upto, num = 0.0, 0
+        windows = WindowCache()  # this stream's encoded windows, for its partials only
         while settings.partial_every_s:
             await audio.wait(done_upto + settings.partial_every_s)
             if audio.closed:
                 break
             upto = len(audio.pcm)
-            job = with_audio(settings.job.chat, f"{settings.job.chat.request_id}-partial{num}",
-                             pcm16_wav(bytes(audio.pcm[:upto]), audio.sample_rate))
-            async for ev in transcriber.transcribe(replace(settings.job, chat=job), remaining()):
+            job = replace(settings.job.chat, request_id=f"{settings.job.chat.request_id}-partial{num}")
+            async for ev in transcriber.transcribe_partial(replace(settings.job, chat=job), bytes(audio.pcm[:upto]),
+                                                           audio.sample_rate, windows, remaining()):
                 if isinstance(ev, TranscriptEvent):
                     yield PartialEvent(ev.language, ev.text)
             done_upto, num = upto / 2 / audio.sample_rate, num + 1

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
 
 import torch
 
@@ -37,14 +38,27 @@ async def read_generate_input(requests: AsyncIterator[thinker_pb2.GenerateReques
     spans = [_check_span(i, s, ids, cfg) for i, s in enumerate(start.media)]
     tensors = await _read_media(requests, _announced(spans, ids, cfg))
     media = [_media_input(i, s, ids, tensors, cfg) for i, s in enumerate(spans)]
-    grids = [MediaSpanGrid(MediaKind(m.kind), tuple(m.grid_thw) or None, m.second_per_grid, m.num_audio_rows)
-             for m in media]
-    positions = prompt_positions(ids, grids, cfg)
+    positions = prompt_positions(ids, _position_grids(media), cfg)
     sampling = resolve_sampling(start.sampling, defaults, "start.sampling", max_tokens_cap=max_model_len - len(ids))
     request = ThinkerRequest(positions.positions, positions.rope_delta, media,
                              capture_talker_states=(start.return_talker_conditioning
                                                     and cfg.accept_hidden_layer is not None))
     return GenerateInput(start.request_id, ids, sampling, request)
+
+
+def _position_grids(media: list[MediaInput]) -> list[MediaSpanGrid]:
+    """One grid per media item for M-RoPE. An audio item may come as several back-to-back spans (each with its own
+    content hash, so the prefix cache keys its rows apart: a streamed clip's finished encoder windows); they sit
+    between one `<|audio_start|>` and `<|audio_end|>`, so they are placed as the one item they form."""
+    grids: list[MediaSpanGrid] = []
+    for k, m in enumerate(media):
+        joins = k > 0 and m.kind == "audio" and media[k - 1].kind == "audio" and media[k - 1].end == m.offset
+        if joins:
+            grids[-1] = replace(grids[-1], num_audio_tokens=grids[-1].num_audio_tokens + m.length)
+        else:
+            grids.append(MediaSpanGrid(MediaKind(m.kind), tuple(m.grid_thw) or None, m.second_per_grid,
+                                       m.num_audio_rows))
+    return grids
 
 
 def _check_span(i: int, span: thinker_pb2.MediaSpan, ids: list[int], cfg: ThinkerConfig) -> thinker_pb2.MediaSpan:

@@ -63,7 +63,7 @@ def test_pcm_wav_decodes_to_the_same_samples() -> None:
 
 
 class LengthTranscriber:
-    """Answers each run with the seconds of audio it was given."""
+    """Answers each run (whole or partial) with the seconds of audio it was given."""
 
     def __init__(self) -> None:
         self.runs: list[float] = []
@@ -71,6 +71,12 @@ class LengthTranscriber:
     async def transcribe(self, job, timeout):  # noqa: ANN001 - the TranscribeService call shape
         (audio,) = job.chat.media
         seconds = sf.info(io.BytesIO(audio.data)).duration
+        self.runs.append(seconds)
+        yield TranscriptEvent("English", f"{seconds:g}")
+        yield DoneEvent(0)
+
+    async def transcribe_partial(self, job, pcm16, sample_rate, cache, timeout):  # noqa: ANN001
+        seconds = len(pcm16) / 2 / sample_rate
         self.runs.append(seconds)
         yield TranscriptEvent("English", f"{seconds:g}")
         yield DoneEvent(0)
