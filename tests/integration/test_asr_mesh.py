@@ -266,6 +266,68 @@ def test_streamed_pcm_gives_partials_then_the_whole_file_transcript(addr: str, w
     assert reply.usage.prompt_tokens == whole.usage.prompt_tokens  # (the second run reads the first's cached KV)
 
 
+WINDOW_S, WINDOW_TOKENS = 8, 104  # the AuT's attention window (n_window_infer 800 frames) and its tokens
+
+
+def test_streamed_partials_encode_only_new_windows_and_prefill_past_the_cache(asr_mesh: Proc, addr: str,
+                                                                             tmp_path: Path) -> None:
+    """Partial 0 hears 9 s (one finished 8 s window and a 1 s tail), partial 1 one more second: the second sends only
+    the 2 s tail to the audio stage and the thinker finds the window's blocks cached; the final transcript is still
+    the whole-file one."""
+    import queue
+
+    import numpy as np
+    import omnimesh
+
+    from tests.integration.mesh_process import metric_value, scrape
+
+    rate = 16_000
+    samples = (clip((WINDOW_S + 2) * rate, seed=5) * 32767).astype("<i2")
+    seen = queue.Queue()
+
+    def recording():  # the next piece once the gateway's partial of the last one came back: partials in lockstep
+        yield samples[:(WINDOW_S + 1) * rate].tobytes()
+        seen.get(timeout=60)
+        yield samples[(WINDOW_S + 1) * rate:].tobytes()
+        seen.get(timeout=60)
+
+    def counters() -> tuple[float, float]:
+        try:
+            edge = metric_value(scrape(asr_mesh.ports["gateway"]["metrics_port"]), "omnimesh_edge_bytes_total",
+                                from_stage="gateway", to_stage="audio")
+        except KeyError:  # a labelled series appears with the first audio sent
+            edge = 0.0
+        hits = metric_value(scrape(asr_mesh.ports["thinker"]["metrics_port"]), "omnimesh_prefix_cache_hits_total")
+        return edge, hits
+
+    marks = [counters()]
+    final = []
+    with omnimesh.Client(addr, timeout=120) as client:
+        for ev in client.transcribe_pcm_stream(recording(), rate, language="en", partial_every_s=0.5,
+                                               max_tokens=MAX_NEW):
+            if isinstance(ev, omnimesh.Partial):
+                marks.append(counters())
+                seen.put(ev)
+            else:
+                final.append(ev)
+        wav = tmp_path / "ten_seconds.wav"
+        sf.write(wav, samples, rate, subtype="PCM_16")
+        whole = client.transcribe(wav, language="en", max_tokens=MAX_NEW)
+    assert len(marks) == 3, "one partial per piece"
+    edge = [b - a for (a, _), (b, _) in zip(marks, marks[1:])]
+    hits = [b - a for (_, a), (_, b) in zip(marks, marks[1:])]
+    sample_bytes = 4  # float32 samples on the wire to the audio stage
+    assert edge[0] >= (WINDOW_S + 1) * rate * sample_bytes  # the first partial encodes all it heard
+    assert 2 * rate * sample_bytes <= edge[1] < 3 * rate * sample_bytes  # the second only the 2 s tail
+    block = 16  # thinker.engine.block_size (default): the window's rows, less the block the tail starts in
+    assert hits[1] >= WINDOW_TOKENS - block and hits[1] > hits[0]
+    reply = omnimesh.TranscriptReply()
+    for e in final:
+        reply.add(e)
+    assert (reply.text, reply.token_ids) == (whole.text, whole.token_ids)
+    assert np.array_equal(sf.read(wav, dtype="int16")[0], samples)
+
+
 def test_streamed_pcm_errors_name_the_field(addr: str, wav: Path) -> None:
     import grpc
     import omnimesh
