@@ -5,7 +5,12 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 PORT ?= 50051
 # The torch build that fits this machine: the CUDA build where a GPU driver answers, else the local CPU build.
-TORCH_SPEC := $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo 'torch>=2.6,<2.15'; else echo 'torch==2.13.0'; fi)
+comma := ,
+HAS_GPU := $(shell if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo 1; fi)
+TORCH_SPEC := $(if $(HAS_GPU),torch>=2.6$(comma)<2.15,torch==2.13.0)
+# The CUDA build brings its own Triton; the CPU build gets the GPU machine's Triton, so the kernels' interpreter and
+# sm_90 compile checks (tests/unit/kernels/*_check.py) run here too.
+TRITON_SPEC := $(if $(HAS_GPU),,triton==3.6.0)
 
 .PHONY: setup serve test demo-checkpoint protos check-protos clean
 
@@ -14,7 +19,7 @@ $(PY):
 
 $(STAMP): pyproject.toml requirements.lock | $(PY)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q "$(TORCH_SPEC)" $(TRITON_SPEC)
 	$(PIP) install -q -c requirements.lock -e ".[test]"  # versions locked: a new release changes nothing under us
 	touch $(STAMP)
 

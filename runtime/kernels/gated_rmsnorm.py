@@ -16,8 +16,9 @@ def gated_rmsnorm_reference(x: torch.Tensor, gate: torch.Tensor, weight: torch.T
 
 
 def gated_rmsnorm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    if (use_triton(x, gate, weight) and x.is_contiguous() and gate.is_contiguous() and gate.shape == x.shape
-            and x.shape[-1] == next_power_of_2(x.shape[-1])):
+    """x, gate: [T, H, D] (gate may be a view of a wider projection output) -> [T, H, D]."""
+    if (use_triton(x, gate, weight) and x.dim() == 3 and x.is_contiguous() and gate.shape == x.shape
+            and gate.stride(2) == 1 and gate.stride(1) == x.shape[2] and x.shape[2] == next_power_of_2(x.shape[2])):
         from runtime.kernels.gated_rmsnorm_triton import gated_rmsnorm_triton  # imports triton
 
         return gated_rmsnorm_triton(x, gate, weight, eps)

@@ -1,5 +1,5 @@
 """Triton kernel of runtime.kernels.gated_rmsnorm: a block of head rows per program, one read of x and gate, one
-write."""
+write. The gate may be a view into a wider projection output (its token rows strided)."""
 from __future__ import annotations
 
 import torch
@@ -10,13 +10,15 @@ ROWS_PER_PROGRAM = 16
 
 
 @triton.jit
-def _gated_rmsnorm_kernel(x_ptr, gate_ptr, w_ptr, out_ptr, num_rows, eps, D: tl.constexpr, ROWS: tl.constexpr):
-    rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+def _gated_rmsnorm_kernel(x_ptr, gate_ptr, w_ptr, out_ptr, num_rows, heads, gate_token_stride, eps,
+                          D: tl.constexpr, ROWS: tl.constexpr):
+    rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)  # head rows: token * heads + head
     cols = tl.arange(0, D)
     ok = (rows < num_rows)[:, None]
     offsets = rows[:, None] * D + cols[None, :]
     x = tl.load(x_ptr + offsets, mask=ok, other=0.0)
-    g = tl.load(gate_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
+    gate_rows = (rows // heads) * gate_token_stride + (rows % heads) * D
+    g = tl.load(gate_ptr + gate_rows[:, None] + cols[None, :], mask=ok, other=0.0).to(tl.float32)
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, 1) / D + eps)[:, None]
     normed = (xf * rstd).to(x.dtype).to(tl.float32)
@@ -27,10 +29,10 @@ def _gated_rmsnorm_kernel(x_ptr, gate_ptr, w_ptr, out_ptr, num_rows, eps, D: tl.
 
 
 def gated_rmsnorm_triton(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x, gate: contiguous [..., D], D a power of two."""
-    d = x.shape[-1]
-    num_rows = x.numel() // d
+    """x: contiguous [T, H, D], D a power of two; gate: [T, H, D] with its heads packed (strides (any, D, 1))."""
+    tokens, heads, d = x.shape
     out = torch.empty_like(x)
+    num_rows = tokens * heads
     _gated_rmsnorm_kernel[(triton.cdiv(num_rows, ROWS_PER_PROGRAM),)](
-        x, gate, weight, out, num_rows, eps, D=d, ROWS=ROWS_PER_PROGRAM, num_warps=4)
+        x, gate, weight, out, num_rows, heads, gate.stride(0), eps, D=d, ROWS=ROWS_PER_PROGRAM, num_warps=4)
     return out

@@ -58,10 +58,12 @@ class HybridLM(nn.Module):
         return build_from_state(lambda: cls(cfg, backend), state, device, use_kernels)
 
     def enable_kernels(self) -> None:
-        """Paged attention and the MoE on runtime.kernels (their references off CUDA); the delta rule picks fla by
-        itself on CUDA."""
+        """Paged attention and the MoE on runtime.kernels (their references off CUDA), each DeltaNet layer's input
+        projections as one GEMM; the delta rule picks fla by itself on CUDA."""
         for layer in self.layers:
-            if not layer.is_linear and layer.self_attn.backend is paged_attention:
+            if layer.is_linear:
+                layer.linear_attn.fuse_in_proj()
+            elif layer.self_attn.backend is paged_attention:
                 layer.self_attn.backend = kernel_attention
             layer.fused_moe = hasattr(layer.mlp, "forward_fused")
         self.use_kernels = True
@@ -101,7 +103,8 @@ class HybridLM(nn.Module):
 
     def _forward_fused(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: AttentionContext,
                        kv_caches: list[torch.Tensor], states: StateContext, capture_layer: int | None) -> LMOutput:
-        """The kernel path: each residual add fused into the next zero-centred norm (HybridDecoderLayer.forward_fused)."""
+        """The kernel path: each residual add fused into the next zero-centred norm (see
+        HybridDecoderLayer.forward_fused)."""
         residual: torch.Tensor | None = None
         captured = None
         for i, layer in enumerate(self.layers):

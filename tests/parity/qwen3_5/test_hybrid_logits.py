@@ -61,7 +61,8 @@ def test_kernel_path_on_cpu_matches_reference_path(hybrid_ckpt, hybrid_lm: Hybri
 @pytest.mark.parametrize("moe", [False, True])
 def test_kernel_path_on_cpu_equals_plain_path(qwen3_5_ckpt: Path, qwen3_5_moe_ckpt: Path, moe: bool) -> None:
     """The kernel path's wiring (residual carried apart into fused zero-centred norms, the router's logits from the
-    norm, the fused MoE) through its CPU references: the same numbers as the plain path, step after step."""
+    norm, the fused MoE, one GEMM for the DeltaNet input projections, the gates) through its CPU references: the
+    plain path's numbers step after step, up to fp32 summation order (the fused GEMM adds in another order)."""
     ckpt = qwen3_5_moe_ckpt if moe else qwen3_5_ckpt
     plain = HybridRunner(HybridLM.load(ckpt, use_kernels=False), seed=1)
     model = HybridLM.load(ckpt, use_kernels=True)
@@ -71,5 +72,5 @@ def test_kernel_path_on_cpu_equals_plain_path(qwen3_5_ckpt: Path, qwen3_5_moe_ck
     for _ in range(3):
         want, got = plain.step(feeds), kernels.step(feeds)
         for w, g in zip(want, got):
-            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
         feeds = [(i, [int(w[-1].argmax())]) for i, w in enumerate(want)]

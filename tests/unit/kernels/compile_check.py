@@ -133,10 +133,13 @@ def compile_norms() -> None:
 def compile_deltanet_parts() -> None:
     """Qwen3.5's Gated DeltaNet output norm (32 value heads of 128) and causal conv decode (8,192 channels)."""
     from runtime.kernels.causal_conv_triton import causal_conv_decode_triton
+    from runtime.kernels.deltanet_gates_triton import deltanet_gates_triton
     from runtime.kernels.gated_rmsnorm_triton import gated_rmsnorm_triton
 
     x = torch.zeros(2, 32, 128, dtype=BF16)
     gated_rmsnorm_triton(x, x, torch.zeros(128, dtype=BF16), 1e-6)
+    proj = torch.zeros(2, 64, dtype=BF16)
+    deltanet_gates_triton(proj[:, :32], proj[:, 32:], torch.zeros(32, dtype=BF16), torch.zeros(32, dtype=BF16))
     causal_conv_decode_triton(torch.zeros(2, 8192, dtype=BF16), torch.zeros(8192, 4, dtype=BF16),
                               torch.zeros(3, 8192, 3, dtype=BF16), torch.zeros(2, dtype=torch.int64))
 

@@ -174,10 +174,19 @@ def check_deltanet_parts(dtype: torch.dtype) -> None:
     from runtime.kernels.gated_rmsnorm import gated_rmsnorm_reference
     from runtime.kernels.gated_rmsnorm_triton import gated_rmsnorm_triton
 
+    from runtime.kernels.deltanet_gates import deltanet_gates_reference
+    from runtime.kernels.deltanet_gates_triton import deltanet_gates_triton
+
     gen = torch.Generator().manual_seed(3)
-    x, gate = (torch.randn(5, 3, 16, generator=gen).to(dtype) for _ in range(2))  # 15 head rows: a partial block
+    x = torch.randn(5, 3, 16, generator=gen).to(dtype)  # 15 head rows: a partial block
+    proj = torch.randn(5, 70, generator=gen).to(dtype)  # the gate a view of a wider projection output
+    gate = proj[:, 10:58].view(5, 3, 16)
     w = (1 + 0.1 * torch.randn(16, generator=gen)).to(dtype)
     assert rel_err(gated_rmsnorm_triton(x, gate, w, 1e-6), gated_rmsnorm_reference(x, gate, w, 1e-6)) < 2e-3
+    a, b = proj[:, :6] * 8, proj[:, 60:66]  # a spread past softplus' linear threshold
+    a_log, dt_bias = torch.randn(6, generator=gen).to(dtype), torch.randn(6, generator=gen).to(dtype)
+    got, ref = deltanet_gates_triton(a, b, a_log, dt_bias), deltanet_gates_reference(a, b, a_log, dt_bias)
+    assert got.g.dtype == torch.float32 and rel_err(got.g, ref.g) < 1e-5 and rel_err(got.beta, ref.beta) < 2e-3
     channels, slots = 600, torch.tensor([4, 0, 2])  # 600 channels: two channel blocks, the second partial
     xs = torch.randn(3, channels, generator=gen).to(dtype)
     weight = torch.randn(channels, 4, generator=gen).to(dtype)

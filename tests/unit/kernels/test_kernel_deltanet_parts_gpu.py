@@ -1,11 +1,13 @@
 """GPU: Qwen3.5's kernels in Triton against their references in bf16: the zero-centred fused add + norm (alone and
-with the router), the Gated DeltaNet output norm and the width-4 causal conv decode step over state slots."""
+with the router), and the Gated DeltaNet's output norm, gates and width-4 causal conv decode step over state slots,
+on views of one fused projection output as the layer passes them."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from runtime.kernels.causal_conv import causal_conv_decode, causal_conv_decode_reference
+from runtime.kernels.deltanet_gates import deltanet_gates, deltanet_gates_reference
 from runtime.kernels.gated_rmsnorm import gated_rmsnorm, gated_rmsnorm_reference
 from runtime.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_router
 from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference, add_rmsnorm_router_reference
@@ -29,19 +31,37 @@ def test_zero_centred_add_norm_matches_reference(tokens: int) -> None:
     assert rel_err(got.normed, ref.normed) < 4e-3 and rel_err(got.logits, ref.logits) < 1e-2
 
 
+def _projection(tokens: int) -> torch.Tensor:
+    """[T, conv 8192 | z 4096 | b 32 | a 32]: the 9B's fused DeltaNet input projection output."""
+    return torch.randn(tokens, 8192 + 4096 + 64, device="cuda").to(BF16)
+
+
 @pytest.mark.parametrize("tokens", [1, 7, 64])
 def test_gated_rmsnorm_matches_reference(tokens: int) -> None:
     pytest.importorskip("triton")
-    x, z = (torch.randn(tokens, 32, 128, device="cuda").to(BF16) for _ in range(2))
+    x = torch.randn(tokens, 32, 128, device="cuda").to(BF16)
+    z = _projection(tokens)[:, 8192:8192 + 4096].view(tokens, 32, 128)
     weight = (1 + 0.1 * torch.randn(128, device="cuda")).to(BF16)
     assert rel_err(gated_rmsnorm(x, z, weight, 1e-6), gated_rmsnorm_reference(x, z, weight, 1e-6)) < 4e-3
+    assert rel_err(gated_rmsnorm(x, z.contiguous(), weight, 1e-6), gated_rmsnorm_reference(x, z, weight, 1e-6)) < 4e-3
+
+
+@pytest.mark.parametrize("tokens", [1, 33])
+def test_deltanet_gates_match_reference(tokens: int) -> None:
+    pytest.importorskip("triton")
+    proj = _projection(tokens)
+    b, a = proj[:, -64:-32], proj[:, -32:] * 10  # a reaching past softplus' linear threshold
+    a_log, dt_bias = torch.randn(32, device="cuda").to(BF16), torch.randn(32, device="cuda").to(BF16)
+    got, ref = deltanet_gates(a, b, a_log, dt_bias), deltanet_gates_reference(a, b, a_log, dt_bias)
+    assert got.g.dtype == torch.float32 and rel_err(got.g, ref.g) < 1e-5
+    assert got.beta.dtype == BF16 and rel_err(got.beta, ref.beta) < 4e-3
 
 
 @pytest.mark.parametrize("rows", [1, 3, 32])
 def test_causal_conv_decode_matches_reference(rows: int) -> None:
     pytest.importorskip("triton")
     slots = torch.randperm(40, device="cuda")[:rows]
-    x = torch.randn(rows, 8192, device="cuda").to(BF16)
+    x = _projection(rows)[:, :8192]  # the conv input, a view of the fused projection
     weight = torch.randn(8192, 4, device="cuda").to(BF16) / 2
     states = torch.randn(40, 8192, 3, device="cuda").to(BF16)
     got_states, ref_states = states.clone(), states.clone()
