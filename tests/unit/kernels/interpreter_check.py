@@ -5,6 +5,7 @@ triton is imported. bf16 is left to the GPU tests: the interpreter mishandles bf
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -198,6 +199,30 @@ def check_deltanet_parts(dtype: torch.dtype) -> None:
     assert torch.equal(got_states[[1, 3]], states[[1, 3]])  # slots no row holds are untouched
 
 
+def check_fla_decode_in_place() -> None:
+    """fla's KDA recurrent kernel as our gated-delta decode (runtime/kernels/gated_delta.py): states advanced in
+    place at their slots, equal to the reference's gather-step-scatter; fp32 (fla computes in fp32 anyway). Runs
+    where fla-core is installed (the GPU machine's wheels): the CPU build leaves it out, because transformers would
+    then send its CPU Qwen3.5 reference through fla's kernels."""
+    from runtime.kernels.gated_delta import fla_decode_in_place
+    from runtime.kernels.gated_delta_reference import recurrent_gated_delta_step
+
+    gen = torch.Generator().manual_seed(4)
+    rows, k_heads, v_heads, dk, dv = 3, 2, 4, 16, 32  # 2 key heads shared by 4 value heads, as Qwen3.5 shares them
+    proj = torch.randn(rows, 2 * k_heads * dk + v_heads * dv + 8, generator=gen)  # q, k, v as strided views
+    q = proj[:, :k_heads * dk].view(rows, k_heads, dk)
+    k = proj[:, k_heads * dk:2 * k_heads * dk].view(rows, k_heads, dk)
+    v = proj[:, 2 * k_heads * dk:-8].view(rows, v_heads, dv)
+    g, beta = -torch.rand(rows, v_heads, generator=gen), torch.rand(rows, v_heads, generator=gen)
+    states = torch.randn(6, v_heads, dk, dv, generator=gen) * 0.1
+    slots = torch.tensor([3, 0, 5])
+    want_states = states.clone()
+    step = recurrent_gated_delta_step(q, k, v, g, beta, want_states.index_select(0, slots))
+    want_states.index_copy_(0, slots, step.state)
+    got = fla_decode_in_place(q, k, v, g, beta, states, slots)
+    assert rel_err(got, step.out) < 1e-5 and rel_err(states, want_states) < 1e-5
+
+
 if __name__ == "__main__":
     patch_numpy_scalars()
     torch.set_num_threads(1)  # tiny shapes: threads only contend on a shared CPU
@@ -207,5 +232,7 @@ if __name__ == "__main__":
         check_attention(dtype)
         check_norms(dtype)
         check_deltanet_parts(dtype)
+    if importlib.util.find_spec("fla") is not None:
+        check_fla_decode_in_place()
     print("interpreter checks passed")
     sys.exit(0)
