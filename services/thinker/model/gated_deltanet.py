@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.kernels.causal_conv import causal_conv_decode, causal_conv_prefill
+from runtime.kernels.causal_conv import causal_conv_decode, causal_conv_prefill_rows
 from runtime.kernels.deltanet_gates import deltanet_gates
 from runtime.kernels.gated_delta import gated_delta_decode, gated_delta_prefill
 from services.thinker.model.config import ThinkerConfig
@@ -71,12 +71,10 @@ class GatedDeltaNet(nn.Module):
             rows = states.decode_rows
             q, k, v = self._split(causal_conv_decode(mixed[rows], weight, conv, states.decode_slots))
             out[rows] = gated_delta_decode(q, k, v, g[rows], beta[rows], recurrent, states.decode_slots)
-        if states.prefill:
-            convolved = torch.cat([causal_conv_prefill(mixed[start:start + count], weight, conv, slot)
-                                   for start, count, slot in states.prefill])  # [Tp, C]
-            q, k, v = self._split(convolved)
-            rows = states.prefill_rows
-            out[rows] = gated_delta_prefill(q, k, v, g[rows], beta[rows], recurrent, states.prefill_gathered)
+        rows = states.prefill_rows
+        assert states.conv_plan is not None, "build_state_context plans the prefill rows' conv"
+        q, k, v = self._split(causal_conv_prefill_rows(mixed[rows], weight, conv, states.conv_plan))  # [Tp, C]
+        out[rows] = gated_delta_prefill(q, k, v, g[rows], beta[rows], recurrent, states.prefill_gathered)
         return self.out_proj(self.norm(out, z).reshape(num_tokens, h.value_dim))  # [T, Hv * Dv] -> [T, H]
 
     def _split(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.kernels.causal_conv import ConvPlan, conv_prefill_plan
 from runtime.transfer import to_device
 from services.thinker.model.hybrid_config import HybridConfig
 
@@ -66,6 +67,7 @@ class StateContext:
     decode_slots: torch.Tensor  # int64 [Bd]
     prefill: list[tuple[int, int, int]]  # (first packed token, token count, slot) of each longer row
     prefill_rows: torch.Tensor  # int64 [Tp], the packed tokens of those rows in order
+    conv_plan: ConvPlan | None = None  # the prefill rows' conv index maps (every layer's), when there are any
 
     @property
     def prefill_gathered(self) -> list[tuple[int, int, int]]:
@@ -98,4 +100,6 @@ def build_state_context(cache: LinearStateCache, q_lens: list[int], slots: list[
     if restart:
         cache.reset(to_device(torch.tensor(restart, dtype=torch.long), device))
     index = [to_device(torch.tensor(v, dtype=torch.long), device) for v in (decode_rows, decode_slots, prefill_rows)]
-    return StateContext(cache, index[0], index[1], prefill, index[2])
+    plan = conv_prefill_plan([n for _, n, _ in prefill], [slot for _, _, slot in prefill], cache.conv.shape[-1] + 1,
+                             device) if prefill else None
+    return StateContext(cache, index[0], index[1], prefill, index[2], plan)
