@@ -6,13 +6,16 @@ import asyncio
 import importlib.util
 import json
 import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from omnimesh import AsyncClient, OmnimeshError
 from gateway.cli.remote_bench.drivers import GrpcDriver, OpenAIDriver, Refused
 from gateway.cli.remote_bench.load import closed_loop, summarize
 from gateway.cli.remote_bench.report import plot, provenance
-from gateway.cli.remote_bench.workloads import NEEDS, WORKLOADS
+from gateway.cli.remote_bench.workloads import NEEDS, SLOW_TO_MAKE, WORKLOADS, Request
 
 
 def base_url(addr: str) -> str:
@@ -56,13 +59,18 @@ async def sweep(args: argparse.Namespace) -> dict[str, Any]:
 
 async def run_workload(args: argparse.Namespace, driver: GrpcDriver | OpenAIDriver, name: str) -> list[dict]:
     make = WORKLOADS[name]
+    ready: dict[int, Request] = {}
 
     async def one(index: int, rec: Any) -> None:
-        await driver.send(make(index), rec)
+        request = ready.pop(index, None) or make(index)
+        rec.start = time.perf_counter()  # timed from its send: making the input is the client's work
+        await driver.send(request, rec)
 
     levels, first_index = [], 0
     for c in args.concurrency:
         measured = max(args.min_measured, args.measured_per_stream * c)
+        if name in SLOW_TO_MAKE:  # made before the level, on every core: making them inline would stall the loop
+            ready = prepare(make, range(first_index, first_index + measured + 2 * c))
         records = await closed_loop(one, c, measured, first_index)
         first_index += len(records)
         level = summarize(records, c)
@@ -70,6 +78,11 @@ async def run_workload(args: argparse.Namespace, driver: GrpcDriver | OpenAIDriv
         print(f"{name} c={c}: {level['output_tok_s']:.1f} tok/s, TTFT p50 {level['ttft_ms_p50']:.1f} ms "
               f"p99 {level['ttft_ms_p99']:.1f} ms, ITL p50 {_ms(level['itl_ms_p50'])}", file=sys.stderr, flush=True)
     return levels
+
+
+def prepare(make: Callable[[int], Request], indices: range) -> dict[int, Request]:
+    with ProcessPoolExecutor() as pool:
+        return dict(zip(indices, pool.map(make, indices)))
 
 
 def _ms(value: float | None) -> str:

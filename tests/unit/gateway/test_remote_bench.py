@@ -17,7 +17,7 @@ from omnimesh import AudioDelta, AudioFailed, TextDelta, Unimplemented
 from gateway.cli.remote_bench import run as run_module
 from gateway.cli.remote_bench.drivers import GrpcDriver, Refused
 from gateway.cli.remote_bench.load import Record, closed_loop, summarize
-from gateway.cli.remote_bench.workloads import WORKLOADS, audio_request, image_request
+from gateway.cli.remote_bench.workloads import WORKLOADS, audio_request, image_request, moving_mp4, video_request
 
 
 def record(index: int, start: float, texts: list[tuple[float, float]], end: float, audio: float = 0.0) -> Record:
@@ -104,6 +104,21 @@ def test_media_inputs_are_distinct_and_decode() -> None:
     assert a != b and PILImage.open(io.BytesIO(a)).size == (640, 480)
     samples, rate = sf.read(io.BytesIO(audio_request(0).media.data))
     assert rate == 16_000 and len(samples) == 80_000 and 0.05 < abs(samples).mean() < 0.5
+
+
+def test_video_inputs_are_distinct_minute_clips_made_ahead_on_every_core() -> None:
+    import av
+
+    short = moving_mp4(0, seconds=3)  # the same maker as the workload's 60 s clip, shorter to keep the test quick
+    with av.open(io.BytesIO(short)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(frames) == 6 and frames[0].shape == (448, 448, 3)
+    assert not (frames[0] == frames[1]).all()  # every frame new pixels
+    assert moving_mp4(1, seconds=3) != short and moving_mp4(0, seconds=3) == short  # distinct per index, repeatable
+    request = video_request(0)
+    assert request.media.mime_type == "video/mp4" and request.openai_messages()[0]["content"][0]["type"] == "video_url"
+    made = run_module.prepare(image_request, range(3, 6))
+    assert list(made) == [3, 4, 5] and made[4].media.data == image_request(4).media.data
 
 
 def test_openai_api_without_the_package_says_what_to_install(monkeypatch: pytest.MonkeyPatch, capsys,
