@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -95,9 +95,12 @@ async def _one(stub: omni_pb2_grpc.OmniStub, request: omni_pb2.ChatRequest, rec:
     rec.end = time.perf_counter()
 
 
-async def closed_loop(address: str, make_request: Callable[[int], omni_pb2.ChatRequest], concurrency: int,
-                      warmup: int, measured: int, first_index: int = 0) -> list[RequestRecord]:
-    """`concurrency` workers; each starts a new request when its last one ends, until the measured ones are done."""
+async def closed_loop(address: str, make_request: Callable[[int], Any], concurrency: int,
+                      warmup: int, measured: int, first_index: int = 0,
+                      call: Callable[[omni_pb2_grpc.OmniStub, Any, RequestRecord], Awaitable[None]] = _one,
+                      ) -> list[RequestRecord]:
+    """`concurrency` workers; each starts a new request when its last one ends, until the measured ones are done.
+    `call` runs one request and fills its record (default: a Chat stream; bench/asr passes a Transcribe one)."""
     records: list[RequestRecord] = []
     counter = iter(range(first_index, first_index + 10**9))
     done = asyncio.Event()
@@ -108,7 +111,7 @@ async def closed_loop(address: str, make_request: Callable[[int], omni_pb2.ChatR
             index = next(counter)
             rec = RequestRecord(index, time.perf_counter(), warmup <= index - first_index < warmup + measured)
             records.append(rec)
-            await _one(stub, make_request(index), rec)
+            await call(stub, make_request(index), rec)
             if rec.measured:
                 remaining[0] -= 1
                 if remaining[0] == 0:
