@@ -48,10 +48,17 @@ def _qwen3_5_text(moe: bool) -> dict[str, Any]:
     return text
 
 
+# The Qwen3-VL ViT Qwen3.5 ships (qwen3-5-and-asr.md section 1.4), without deepstack; its output is the LM's width.
+QWEN3_5_VISION = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+                  "num_position_embeddings": 2304}
+
+
 def _qwen3_5(moe: bool, tiny: bool) -> LMFamily:
     root = qwen3_5_demo_config(moe)
     text = root["text_config"] if tiny else {**root["text_config"], **_qwen3_5_text(moe)}
     root["text_config"] = text
+    if not tiny:
+        root["vision_config"].update(QWEN3_5_VISION)
     root["vision_config"]["out_hidden_size"] = text["hidden_size"]
     prefix = "Qwen3_5Moe" if moe else "Qwen3_5"
     return LMFamily("qwen3.5-35b-a3b" if moe else "qwen3.5-9b", root, f"{prefix}ForCausalLM",

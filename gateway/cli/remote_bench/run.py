@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable
@@ -81,7 +82,8 @@ async def run_workload(args: argparse.Namespace, driver: GrpcDriver | OpenAIDriv
 
 
 def prepare(make: Callable[[int], Request], indices: range) -> dict[int, Request]:
-    with ProcessPoolExecutor() as pool:
+    # spawned, not forked: this process runs gRPC threads, which a fork would copy mid-call
+    with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
         return dict(zip(indices, pool.map(make, indices)))
 
 

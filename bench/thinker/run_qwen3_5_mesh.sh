@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU-machine call for issue 18's gateway figures: a random Qwen3.5 9B at released dims (vision tower + hybrid
+# LM, bench/thinker/qwen3_5_checkpoint.py) served by `omnimesh up` (vision and thinker on the GPU, bf16), then
+# `omnimesh bench --addr`: one 640x480 image + a question, and a 60 s 2 fps 448x448 video + a question, at c = 16 /
+# 32, 256 output tokens (EOS ignored); text at c = 1 / 32. vLLM on one H200 (the reference system's report): video
+# 765 / 893 tok/s, image 2,260 / 3,658 tok/s at c = 16 / 32.
+# Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
+#   OUT=/some/dir OMNIMESH_COMMIT=<sha> [MOE=1] [WORKLOADS="image video"] [CONCURRENCY="16 32"] \
+#     bash bench/thinker/run_qwen3_5_mesh.sh
+source bench/device_setup.sh /tmp/q35-mesh
+SECONDS=0
+CKPT=/dev/shm/qwen3.5-random
+python3 bench/thinker/qwen3_5_checkpoint.py --out "$CKPT" ${MOE:+--moe} | tee "$OUT/checkpoint.json" || exit 1
+echo "checkpoint written at ${SECONDS}s"
+cat > /tmp/q35-mesh.yaml <<'YAML'
+thinker:
+  device: cuda
+  dtype: bfloat16
+  engine: {max_num_seqs: 32, max_batch_tokens: 8192, kv_cache_bytes: 21474836480, max_model_len: 32768}
+vision: {enabled: true, device: cuda, dtype: bfloat16}
+YAML
+python3 -m gateway.cli.main up --model "$CKPT" --port 50051 --config /tmp/q35-mesh.yaml > "$OUT/mesh.log" 2>&1 &
+UP=$!
+for _ in $(seq 600); do grep -q OMNIMESH_MESH "$OUT/mesh.log" && break; sleep 0.5; done
+grep -q OMNIMESH_MESH "$OUT/mesh.log" || { tail -30 "$OUT/mesh.log"; kill -TERM $UP; exit 1; }
+echo "mesh up at ${SECONDS}s"
+python3 -m gateway.cli.main bench --addr 127.0.0.1:50051 --workloads ${WORKLOADS:-image video} \
+  --concurrency ${CONCURRENCY:-16 32} --output-tokens 256 --out "$OUT/qwen3.5-media.json" 2>&1 | tail -8
+echo "media done at ${SECONDS}s"
+python3 -m gateway.cli.main bench --addr 127.0.0.1:50051 --workloads text --concurrency 1 32 --output-tokens 256 \
+  --out "$OUT/qwen3.5-text.json" 2>&1 | tail -4
+echo "text done at ${SECONDS}s"
+kill -TERM $UP; wait $UP
+rm -rf "$CKPT"
