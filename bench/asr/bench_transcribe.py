@@ -20,6 +20,7 @@ import json
 import logging
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -154,7 +155,7 @@ class Bench:
             self.result["mesh_up_s"] = time.perf_counter() - t0
             log.info("mesh up in %.1f s: %s", self.result["mesh_up_s"], sorted(mesh.ports))
             self.levels(mesh)
-        except Exception:  # noqa: BLE001 — keep what was measured, name what failed
+        except BaseException:  # noqa: BLE001 — keep what was measured, name what failed (SIGTERM: SystemExit 143)
             self.result["error"] = traceback.format_exc()
             raise
         finally:
@@ -195,6 +196,9 @@ class Bench:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # `timeout` (run_device.sh) sends SIGTERM: exit through `finally`, so the mesh stops, the JSON keeps the levels
+    # measured and the checkpoint in /dev/shm is removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     Bench(parse_args(argv)).run()
     return 0
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One GPU-machine call for issue 24: Qwen3-ASR Transcribe end to end (bench/asr/bench_transcribe.py) on one H200 at
+# the released 1.7B dims with random bf16 weights; closed loop of distinct 4 s clips x 40 tokens (EOS ignored) at
+# c = 1 / 16 / 32 / 64. Writes $OUT/asr-transcribe-h200.json (+ .mesh.log, the bench's log) and prints a summary.
+# Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
+#   OUT=/some/dir OMNIMESH_COMMIT=<sha> [LEVELS="1 16 32 64"] [EXTRA="--no-graphs ..."] bash bench/asr/run_device.sh
+source bench/device_setup.sh /tmp/asr-gpu
+SECONDS=0
+# SIGTERM at the limit: the bench stops the mesh, saves what it measured and removes its checkpoint before exiting
+timeout "${BENCH_S:-500}" python3 bench/asr/bench_transcribe.py --concurrency ${LEVELS:-1 16 32 64} ${EXTRA:-} \
+  --out "$OUT/asr-transcribe-h200.json" > "$OUT/asr-transcribe.log" 2>&1
+rc=$?
+echo "bench done at ${SECONDS}s (rc $rc)"
+[ "$rc" -ne 0 ] && tail -25 "$OUT/asr-transcribe.log"
+[ -f "$OUT/asr-transcribe-h200.json" ] || exit 1
+python3 - "$OUT/asr-transcribe-h200.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = lambda v, n=1: None if v is None else round(v, n)
+print("device", d["device"], "commit", d["commit"][:12], "checkpoint", {k: r(v) for k, v in d.get("checkpoint", {}).items()
+      if k != "dir"}, "mesh up", r(d.get("mesh_up_s")), "s")
+for lv in d["levels"]:
+    th = lv.get("stages_whole_level", {}).get("thinker", {})
+    print(f"  c {lv['concurrency']:>3}: {r(lv.get('requests_per_s'))} req/s, {r(lv.get('output_tok_s'), 0)} tok/s,"
+          f" latency p50/p95/p99 {r(lv.get('latency_ms_p50'))}/{r(lv.get('latency_ms_p95'))}/{r(lv.get('latency_ms_p99'))} ms,"
+          f" ttft p50 {r(lv.get('ttft_ms_p50'))} ms, tokens {lv.get('tokens_per_request')}, prompt {lv.get('prompt_tokens')},"
+          f" thinker step {r(th.get('step_ms_mean'), 2)} ms x {r(th.get('rows_per_batch'))} rows,"
+          f" loops (gw/th/au) {[r(lv.get('stages_whole_level', {}).get(s, {}).get('cpu_event_loop'), 2) for s in ('gateway', 'thinker', 'audio')]}")
+print("summary", json.dumps(d["summary"]))
+if "error" in d:
+    print("error", d["error"][-1500:])
+PY
