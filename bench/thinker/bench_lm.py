@@ -66,6 +66,7 @@ class LMBench(Bench):
         self.config = self.family.root
         self.cfg = ThinkerConfig.from_dict(self.config)
         self.hf: torch.nn.Module | None = None
+        self.served: ThinkerLM | HybridLM | None = None  # our model over self.hf's tensors
         self.result.update(provenance(args, self.device))
         self.result.update(
             family=self.family.name, weights="transformers' own random init, the same tensors served by both",
@@ -133,33 +134,14 @@ class LMBench(Bench):
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     bench = LMBench(args)
-    bench.served = None
-    errors: dict[str, str] = {}
-    phases: dict[str, float] = {}
-    bench.result.update(phase_s=phases, errors=errors)
     if bench.device.type == "cuda":
         bench.result["copy_bandwidth_Bps"] = copy_bandwidth(bench.device)
-
-    def phase(name: str, fn: Any) -> Any:
-        import traceback
-
-        t0 = time.perf_counter()
-        try:
-            return fn()
-        except Exception:  # noqa: BLE001 - recorded in the result; the other phases still run
-            errors[name] = traceback.format_exc()
-            log.exception("phase %s failed", name)
-            return None
-        finally:
-            phases[name] = time.perf_counter() - t0
-            bench.save()
-
-    bench.served = phase("model", bench.load_model)
+    bench.served = bench.phase("model", bench.load_model)
     if bench.served is not None:
-        phase("engine", lambda: bench.run_engine(bench.served))
+        bench.phase("engine", lambda: bench.run_engine(bench.served))
         free_cuda()
         if not args.skip_hf:
-            phase("transformers", bench.run_hf)
+            bench.phase("transformers", bench.run_hf)
     bench.served = bench.hf = None
     free_cuda()
     bench.ratios()

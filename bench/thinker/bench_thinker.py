@@ -119,12 +119,26 @@ class Bench:
                          "measured_requests": f"max({args.min_measured}, {args.measured_per_stream} x c)",
                          "long_prompt": {"prompt_tokens": args.long_prompt_tokens,
                                          "output_tokens": args.long_output_tokens, "requests": args.long_requests}},
-            "targets": TARGETS,
+            "targets": TARGETS, "phase_s": {}, "errors": {},
         }
 
     def save(self) -> None:
         self.args.out.parent.mkdir(parents=True, exist_ok=True)
         self.args.out.write_text(json.dumps(self.result, indent=1))
+
+    def phase(self, name: str, fn: Callable[[], Any]) -> Any:
+        """fn() timed into `phase_s`; if it fails, its traceback goes to `errors` and None comes back, so one broken
+        phase costs only itself. The result file is rewritten either way."""
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001 - recorded in the result; the other phases still run
+            self.result["errors"][name] = traceback.format_exc()
+            log.exception("phase %s failed", name)
+            return None
+        finally:
+            self.result["phase_s"][name] = time.perf_counter() - t0
+            self.save()
 
     def measured(self, c: int) -> int:
         return max(self.args.min_measured, self.args.measured_per_stream * c)
@@ -345,23 +359,8 @@ def free_cuda() -> None:
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     """Each phase that fails is recorded under "errors" and the run goes on, so one broken phase costs only itself."""
     bench = Bench(args)
-    phases: dict[str, float] = {}
-    errors: dict[str, str] = {}
-    bench.result.update(phase_s=phases, errors=errors)
     bench.save()
-
-    def phase(name: str, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return fn()
-        except Exception:  # noqa: BLE001 - recorded in the result; the other phases still run
-            errors[name] = traceback.format_exc()
-            log.exception("phase %s failed", name)
-            return None
-        finally:
-            phases[name] = time.perf_counter() - t0
-            bench.save()
-
+    phase = bench.phase
     if bench.device.type == "cuda":
         bench.result["copy_bandwidth_Bps"] = copy_bandwidth(bench.device)
     model_dir = args.model or (bench.template_dir if args.tiny else None)
