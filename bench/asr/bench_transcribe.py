@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--measured-per-stream", type=int, default=10, help="measured requests per concurrent stream")
     p.add_argument("--min-measured", type=int, default=64, help="fewest measured requests per level")
     p.add_argument("--warmup", type=int, default=0, help="warm-up requests per level (0: 2 x c, at least 4)")
+    p.add_argument("--initial-warmup", type=int, default=-1,
+                   help="requests at the largest c before the first level, so every batch shape the levels meet has "
+                        "been compiled and captured (-1: 2 x the largest c; 0: none)")
     p.add_argument("--max-num-seqs", type=int, default=0, help="thinker rows per step (0: the largest concurrency)")
     p.add_argument("--max-batch-tokens", type=int, default=4096,
                    help="thinker tokens per step: 64 arrivals of ~60-token prompts prefill in one step")
@@ -118,6 +121,8 @@ class Bench:
                 "language": f"forced '{LANGUAGE}' (every generated token is transcript)",
                 "output_tokens": a.output_tokens, "ignore_eos": True, "greedy": True,
                 "warmup_requests": a.warmup or "2 x c, at least 4 (excluded)",
+                "initial_warmup_requests": (f"{a.initial_warmup}" if a.initial_warmup >= 0 else "2 x the largest c")
+                + " at the largest c, before the first level (excluded)",
                 "measured_requests": f"max({a.min_measured}, {a.measured_per_stream} x c)",
                 "latency": "request start -> last event (done)", "ttft": "request start -> first text event"}
 
@@ -175,6 +180,14 @@ class Bench:
             return transcribe_request(clips[index], a.output_tokens, index)
 
         index = 0
+        first = 2 * self.max_c if a.initial_warmup < 0 else a.initial_warmup
+        if first:
+            clips.prepare(index, first + self.max_c)
+            level = run_level(mesh.address, make, self.max_c, 0, first, index)
+            index = level["next_index"]
+            self.result["initial_warmup"] = {k: level.get(k) for k in ("concurrency", "requests", "requests_per_s",
+                                                                        "latency_ms_p50", "latency_ms_p99")}
+            self.save()
         for c in a.concurrency:
             warmup = a.warmup or max(4, 2 * c)
             measured = max(a.min_measured, a.measured_per_stream * c)

@@ -23,6 +23,7 @@ def test_tiny_run_writes_every_level_with_the_requested_tokens(tmp_path: Path) -
                 "peer"):
         assert key in d, key
     assert "--tiny" in d["command"] and d["mesh_exit"] == 0 and "error" not in d
+    assert d["initial_warmup"]["requests"] == 4  # 2 x the largest c, before the levels
     assert d["mesh"]["audio"]["enabled"] is True and d["workload"]["ignore_eos"] is True
     assert [lv["concurrency"] for lv in d["levels"]] == [1, 2]
     for lv in d["levels"]:
