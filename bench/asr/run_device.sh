@@ -17,15 +17,19 @@ python3 - "$OUT/asr-transcribe-h200.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 r = lambda v, n=1: None if v is None else round(v, n)
-print("device", d["device"], "commit", d["commit"][:12], "checkpoint", {k: r(v) for k, v in d.get("checkpoint", {}).items()
-      if k != "dir"}, "mesh up", r(d.get("mesh_up_s")), "s")
+ck = {k: r(v) for k, v in d.get("checkpoint", {}).items() if k != "dir"}
+print("device", d["device"], "commit", d["commit"][:12], "checkpoint", ck, "mesh up", r(d.get("mesh_up_s")), "s")
+print("initial warm-up", d.get("initial_warmup"))
 for lv in d["levels"]:
-    th = lv.get("stages_whole_level", {}).get("thinker", {})
+    st = lv.get("stages_whole_level", {})
+    th = st.get("thinker", {})
+    lat = "/".join(str(r(lv.get(f"latency_ms_p{q}"))) for q in (50, 95, 99))
+    loops = [r(st.get(s, {}).get("cpu_event_loop"), 2) for s in ("gateway", "thinker", "audio")]
     print(f"  c {lv['concurrency']:>3}: {r(lv.get('requests_per_s'))} req/s, {r(lv.get('output_tok_s'), 0)} tok/s,"
-          f" latency p50/p95/p99 {r(lv.get('latency_ms_p50'))}/{r(lv.get('latency_ms_p95'))}/{r(lv.get('latency_ms_p99'))} ms,"
-          f" ttft p50 {r(lv.get('ttft_ms_p50'))} ms, tokens {lv.get('tokens_per_request')}, prompt {lv.get('prompt_tokens')},"
+          f" latency p50/p95/p99 {lat} ms, ttft p50 {r(lv.get('ttft_ms_p50'))} ms,"
+          f" tokens {lv.get('tokens_per_request')}, prompt {lv.get('prompt_tokens')},"
           f" thinker step {r(th.get('step_ms_mean'), 2)} ms x {r(th.get('rows_per_batch'))} rows,"
-          f" loops (gw/th/au) {[r(lv.get('stages_whole_level', {}).get(s, {}).get('cpu_event_loop'), 2) for s in ('gateway', 'thinker', 'audio')]}")
+          f" event loops gw/th/au {loops}")
 print("summary", json.dumps(d["summary"]))
 if "error" in d:
     print("error", d["error"][-1500:])

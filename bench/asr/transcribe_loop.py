@@ -20,8 +20,8 @@ LANGUAGE = "en"
 def transcribe_request(wav: bytes, max_tokens: int, index: int) -> omni_pb2.TranscribeRequest:
     """Greedy, `max_tokens` with EOS ignored (Transcribe's sampling passes `ignore_eos` to the thinker)."""
     sampling = common_pb2.SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    return omni_pb2.TranscribeRequest(request_id=f"bench-{index}", audio=omni_pb2.Media(data=wav, mime_type="audio/wav"),
-                                      language=LANGUAGE, sampling=sampling)
+    audio = omni_pb2.Media(data=wav, mime_type="audio/wav")
+    return omni_pb2.TranscribeRequest(request_id=f"bench-{index}", audio=audio, language=LANGUAGE, sampling=sampling)
 
 
 class TranscribeCall:
