@@ -53,16 +53,16 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
     service = OmniService(prompts, thinker, media, talker, server.metrics, mesh.gateway.stage_timeout_s,
                           ReasoningMarkers.of(prompts.tokenizer, prompts.template))
     served_inputs = media.served_inputs
-    family = read_family(model_dir).family
+    checkpoint = read_family(model_dir)
+    family = checkpoint.family
     info = omni_pb2.OmniInfo(
         gateway=common_pb2.StageInfo(stage="gateway", replica=server.replica, model=mesh.model, build=build_string()),
         model_family=family,
         input_modalities=["text", *sorted(served_inputs)],
         output_modalities=[omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if talker else []))
     add = partial(add_omni_servicer, max_request_bytes=mesh.gateway.server.max_message_bytes)
-    audio_config = read_family(model_dir).thinker.get("audio_config") or {}
     transcriber = TranscribeService(service, family, mesh.gateway.max_audio_seconds,
-                                    stream_window_samples=window_samples(audio_config))
+                                    stream_window_samples=window_samples(checkpoint.thinker.get("audio_config") or {}))
     server.add_service(add, OmniServicer(service, mesh.gateway, info, transcriber), SERVICE_NAME)
     return lambda: None
 

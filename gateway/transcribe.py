@@ -16,7 +16,9 @@ from gateway.chat_input import ChatInput, MediaBytes, Turn
 from gateway.long_audio import MAX_WINDOW_S, header_seconds, pieces, wav_bytes
 from gateway.media.audio import DEFAULT_MAX_SECONDS, TARGET_RATE, decode_audio
 from gateway.service import ChatEventOut, DoneEvent, OmniService, TextEvent, UsageEvent
-from gateway.transcribe_windows import WindowCache, audio_client, cut, partial_prompt, stream_samples
+from gateway.transcribe_windows import (
+    DEFAULT_WINDOW_SAMPLES, WindowCache, audio_client, cut, partial_prompt, stream_samples,
+)
 from gateway.transcription import ASR_TEXT, assistant_prefill, language_name
 
 MAX_CONTEXT_CHARS = 10_000
@@ -70,7 +72,7 @@ class TranscribeService:
     `window_s` is transcribed window by window (see long_audio.py), the pieces' transcripts joined."""
 
     def __init__(self, service: OmniService, family: str, max_audio_seconds: float = DEFAULT_MAX_SECONDS,
-                 window_s: float = MAX_WINDOW_S, stream_window_samples: int = 128_000) -> None:
+                 window_s: float = MAX_WINDOW_S, stream_window_samples: int = DEFAULT_WINDOW_SAMPLES) -> None:
         """`stream_window_samples`: the audio encoder's attention window in 16 kHz samples (transcribe_windows.py)."""
         self.service = service
         self.family = family

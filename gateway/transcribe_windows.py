@@ -50,6 +50,7 @@ from gateway.media_prep import DecodedMedia
 from gateway.service import OmniService
 
 DEFAULT_WINDOW_FRAMES = 800  # Qwen3-ASR's n_window_infer: 8 s attention windows
+DEFAULT_WINDOW_SAMPLES = DEFAULT_WINDOW_FRAMES * HOP_LENGTH
 MIN_TAIL_SAMPLES = 8_000  # Qwen3-ASR pads shorter clips to 0.5 s; a tail is never padded, it waits instead
 SALT = "aut-window:"  # these rows come from a piece encoded alone: never the same KV as a whole clip's rows
 
