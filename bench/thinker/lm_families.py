@@ -2,13 +2,15 @@
 (qwen3-5-and-asr.md sections 1.2, 1.3 and 1.7): the `config.json` root our loaders read, the transformers class
 and text config of the same model, and the demo checkpoint whose tokenizer and template make the workload's prompts.
 
-Only the decoder and head are built (random weights); `tiny` keeps the demo checkpoint's decoder dims (a CPU smoke run); vocabularies are the released ones, prompts come from the
-demo tokenizer (ids below its 151,669), which the model cannot tell from any other ids."""
+Only the decoder and head are built (random weights); `tiny` keeps the demo checkpoint's decoder dims (a CPU smoke
+run). Vocabularies are the released ones; prompts come from the demo tokenizer (ids below its 151,669), which the
+model cannot tell from any other ids."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from bench.asr.checkpoint import real_config as asr_real_config
 from runtime.checkpoint.asr.demo_config import demo_config as asr_demo_config
 from runtime.checkpoint.qwen3_5.demo_config import layer_types
 from runtime.checkpoint.qwen3_5.demo_config import demo_config as qwen3_5_demo_config
@@ -66,16 +68,9 @@ def _qwen3_5(moe: bool, tiny: bool) -> LMFamily:
 
 
 def _asr(tiny: bool) -> LMFamily:
-    root = asr_demo_config()
-    text = root["text_config"] if tiny else {
-        "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144,
-        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-        "hidden_act": "silu", "max_position_embeddings": 65536, "rms_norm_eps": 1e-6, "attention_bias": False,
-        "tie_word_embeddings": True, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
-    }  # fmt: skip
-    root["text_config"] = text
-    root["audio_config"]["output_dim"] = text["hidden_size"]
-    return LMFamily("qwen3-asr-1.7b", root, "Qwen3ForCausalLM", "Qwen3Config", text, DEMO_ASR)
+    """Qwen3-ASR's decoder: the demo config, or its release widths as the Transcribe benchmark's checkpoint has them."""
+    root = asr_demo_config() if tiny else asr_real_config()
+    return LMFamily("qwen3-asr-1.7b", root, "Qwen3ForCausalLM", "Qwen3Config", root["text_config"], DEMO_ASR)
 
 
 # name -> (tiny: the demo checkpoint's decoder dims instead, for a CPU smoke run) -> LMFamily
