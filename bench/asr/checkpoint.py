@@ -1,4 +1,4 @@
-"""A Qwen3-ASR checkpoint at the released 1.7B dims (qwen3-5-and-asr.md section 1.7) with random weights, for the
+"""A Qwen3-ASR checkpoint at the released 1.7B dims (docs/model-dims.md) with random weights, for the
 Transcribe benchmark: the demo checkpoint's layout, tokenizer and processor files, its config widened to the real
 dims, and transformers' own init written as one bf16 safetensors file.
 

@@ -7,7 +7,7 @@ config against the fp32 reference before writing it. Batch sizes the small path 
 its two kernels' tiles, gate_up first, then down with the best gate_up; both timed together, as they always run.
 `--batch-sizes 1 2 4 --update <shipped JSON>` retunes a few sizes and keeps the file's other entries.
 
-Routing here is balanced by construction (the routing rule of benchmarks.md): tokens and router are drawn i.i.d.,
+Routing here is balanced by construction (the routing rule of docs/benchmarks.md): tokens and router are drawn i.i.d.,
 so each token's top-k is an independent uniform draw and a batch reads the uniform expectation of experts, as a
 trained router's batch does. The tiles it picks are the balanced case's; the engine run at balanced routing
 (bench/results/2026-12-03-thinker-h200-balanced.json) reads experts at 4.8 TB/s with them at 32 rows.

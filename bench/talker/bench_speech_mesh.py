@@ -1,6 +1,7 @@
-"""Text->speech through the gateway (benchmarks.md "text->speech"): closed loop at each concurrency, real processes.
+"""Text->speech through the gateway (docs/benchmarks.md, "text->speech"): closed loop at each concurrency, real
+processes.
 
-Each level's measured phase runs until at least 10 x c requests have finished and 30 s have passed (benchmarks.md),
+Each level's measured phase runs until at least 10 x c requests have finished and 30 s have passed (docs/benchmarks.md),
 and its throughput is taken over that phase, while all c streams are busy. Per level: audio seconds produced per
 wall second, time to first audio (p50/p99), real-time factor per request, streaming viability (share of chunks
 that arrived before the previous one would have finished playing), and what each process did over the phase
@@ -89,7 +90,7 @@ def request(index: int, text_tokens: int, voice: str) -> omni_pb2.ChatRequest:
 @dataclass
 class Phase:
     """A level's measured phase: it starts with the first measured request and stops taking new ones once both
-    `requests` measured requests have finished and `seconds` have passed (benchmarks.md: at least 10 x c requests
+    `requests` measured requests have finished and `seconds` have passed (docs/benchmarks.md: at least 10 x c requests
     or 30 s); `stop` is then when that happened, so [start, stop] is a window with all c streams busy."""
     requests: int
     seconds: float

@@ -46,7 +46,7 @@ VOICES = ("ethan", "chelsie", "aiden")
 
 
 def real_config() -> dict[str, Any]:
-    """The released Qwen3-Omni-30B-A3B talker/code2wav dims (qwen3-omni-model.md section 1) on the demo layout."""
+    """The released Qwen3-Omni-30B-A3B talker/code2wav dims (docs/model-dims.md) on the demo layout."""
     cfg = demo_config()
     talker = cfg["talker_config"]
     talker.update(thinker_hidden_size=2048, accept_hidden_layer=24)

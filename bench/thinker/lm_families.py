@@ -1,5 +1,5 @@
 """The decoder LMs of the families the thinker serves besides Qwen3-Omni, at their released dims
-(qwen3-5-and-asr.md sections 1.2, 1.3 and 1.7): the `config.json` root our loaders read, the transformers class
+(docs/model-dims.md): the `config.json` root our loaders read, the transformers class
 and text config of the same model, and the demo checkpoint whose tokenizer and template make the workload's prompts.
 
 Only the decoder and head are built (random weights); `tiny` keeps the demo checkpoint's decoder dims (a CPU smoke
@@ -50,7 +50,7 @@ def _qwen3_5_text(moe: bool) -> dict[str, Any]:
     return text
 
 
-# The Qwen3-VL ViT Qwen3.5 ships (qwen3-5-and-asr.md section 1.4), without deepstack; its output is the LM's width.
+# The Qwen3-VL ViT Qwen3.5 ships (docs/model-dims.md), without deepstack; its output is the LM's width.
 QWEN3_5_VISION = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
                   "num_position_embeddings": 2304}
 

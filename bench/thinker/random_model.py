@@ -20,7 +20,7 @@ HEAD_NAME = "lm_head.weight"
 
 
 def real_config() -> dict[str, Any]:
-    """The released Qwen3-Omni-30B-A3B thinker LM dims (qwen3-omni-model.md section 1) on the demo layout."""
+    """The released Qwen3-Omni-30B-A3B thinker LM dims (docs/model-dims.md) on the demo layout."""
     cfg = demo_config()
     thinker = cfg["thinker_config"]
     thinker["text_config"].update(

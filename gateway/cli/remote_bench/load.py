@@ -1,6 +1,6 @@
 """A closed loop at concurrency c (c requests in flight, the next starting as one ends; c warm-up requests, then
 the measured ones) and what a level reports: output tok/s over the measured window, TTFT, ITL, end-to-end time and,
-for speech, time to first audio and audio seconds per second (definitions: docs benchmarks.md)."""
+for speech, time to first audio and audio seconds per second (definitions: docs/benchmarks.md)."""
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,4 @@
-"""The workloads of docs benchmarks.md: text->text, image->text, video->text (60 s at 2 fps, 448x448),
+"""The workloads of docs/benchmarks.md: text->text, image->text, video->text (60 s at 2 fps, 448x448),
 audio->text and text->speech, each request's input made from its index (distinct media per request, so no encoder
 or prefix cache serves a repeat)."""
 from __future__ import annotations
