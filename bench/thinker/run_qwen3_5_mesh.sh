@@ -5,7 +5,7 @@
 # 32, 256 output tokens (EOS ignored); text at c = 1 / 32. vLLM on one H200 (the reference system's report): video
 # 765 / 893 tok/s, image 2,260 / 3,658 tok/s at c = 16 / 32.
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
-#   OUT=/some/dir OMNIMESH_COMMIT=<sha> [MOE=1] [WORKLOADS="image video"] [CONCURRENCY="16 32"] \
+#   OUT=/some/dir OMNIMESH_COMMIT=<sha> [MOE=1] [WORKLOADS="image video"] [CONCURRENCY="16 32"] [BENCH_FLAGS=...] [TEXT=0] \
 #     bash bench/thinker/run_qwen3_5_mesh.sh
 source bench/device_setup.sh /tmp/q35-mesh
 SECONDS=0
@@ -18,6 +18,8 @@ thinker:
   dtype: bfloat16
   engine: {max_num_seqs: 32, max_batch_tokens: 8192, kv_cache_bytes: 21474836480, max_model_len: 32768}
 vision: {enabled: true, device: cuda, dtype: bfloat16}
+# 32 videos in flight hold ~4.6 GB of decoded frames (145 MB each), over the default 2 GiB
+gateway: {max_media_bytes: 8589934592}
 YAML
 python3 -m gateway.cli.main up --model "$CKPT" --port 50051 --config /tmp/q35-mesh.yaml > "$OUT/mesh.log" 2>&1 &
 UP=$!
@@ -25,9 +27,9 @@ for _ in $(seq 600); do grep -q OMNIMESH_MESH "$OUT/mesh.log" && break; sleep 0.
 grep -q OMNIMESH_MESH "$OUT/mesh.log" || { tail -30 "$OUT/mesh.log"; kill -TERM $UP; exit 1; }
 echo "mesh up at ${SECONDS}s"
 python3 -m gateway.cli.main bench --addr 127.0.0.1:50051 --workloads ${WORKLOADS:-image video} \
-  --concurrency ${CONCURRENCY:-16 32} --output-tokens 256 --out "$OUT/qwen3.5-media.json" 2>&1 | tail -8
+  --concurrency ${CONCURRENCY:-16 32} --output-tokens 256 ${BENCH_FLAGS:-} --out "$OUT/qwen3.5-media.json" 2>&1 | tail -8
 echo "media done at ${SECONDS}s"
-python3 -m gateway.cli.main bench --addr 127.0.0.1:50051 --workloads text --concurrency 1 32 --output-tokens 256 \
+[ "${TEXT:-1}" = 1 ] && python3 -m gateway.cli.main bench --addr 127.0.0.1:50051 --workloads text --concurrency 1 32 --output-tokens 256 \
   --out "$OUT/qwen3.5-text.json" 2>&1 | tail -4
 echo "text done at ${SECONDS}s"
 kill -TERM $UP; wait $UP

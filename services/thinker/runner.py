@@ -13,6 +13,7 @@ from runtime.engine.scheduler import PENDING_TOKEN, ScheduledBatch, ScheduledRow
 from runtime.engine.sequence import Sequence
 from runtime.transfer import to_device
 from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraph, StepGraphs
+from services.thinker.hybrid_warmup import warm_hybrid_steps
 from services.thinker.model import DeepstackInput, ThinkerLM
 from services.thinker.model.hybrid_lm import HybridLM
 from services.thinker.model.linear_state import (
@@ -88,6 +89,10 @@ class ThinkerRunner:
             if self.capture_records:
                 log.info("thinker: %d CUDA graphs, %.1f MiB in all", len(self.capture_records),
                          sum(r.memory_bytes for r in self.capture_records) / 2**20)
+        if self.states is not None and use_graphs and torch.device(device).type == "cuda":
+            seconds = warm_hybrid_steps(model, self.states, self.kv_caches, block_size, scratch_slot=scratch,
+                                        scratch_block=num_blocks, device=torch.device(device))
+            log.info("thinker: compiled the eager prefill steps' kernels in %.2f s", seconds)
 
     def _forward_hidden(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         """Embedding through the final norm for a text-only step: what a graph captures. -> [T, H]."""

@@ -34,7 +34,7 @@ async def deployment(args: argparse.Namespace) -> dict[str, Any]:
 
 async def sweep(args: argparse.Namespace) -> dict[str, Any]:
     result = provenance(args.api, args.addr)
-    result |= {"output_tokens": args.output_tokens, "workloads": {}, "skipped": {}}
+    result |= {"output_tokens": args.output_tokens, "workloads": {}, "skipped": {}, "failed": {}}
     if args.api == "grpc":
         result |= await deployment(args)
         driver = GrpcDriver(args.addr, args.api_key, args.output_tokens)
@@ -49,16 +49,22 @@ async def sweep(args: argparse.Namespace) -> dict[str, Any]:
                                        or needs[1] not in result["serves"]["out"]):
                 result["skipped"][name] = f"the deployment serves {result['serves']}; {name} needs {needs}"
                 continue
+            levels = result["workloads"][name] = []
             try:
-                result["workloads"][name] = await run_workload(args, driver, name)
+                await run_workload(args, driver, name, levels)
             except Refused as err:
+                del result["workloads"][name]
                 result["skipped"][name] = str(err)
+            except OmnimeshError as err:  # the levels measured before it stay in the result
+                result["failed"][name] = f"at c={args.concurrency[len(levels)]}: {err}"
     finally:
         await driver.close()
     return result
 
 
-async def run_workload(args: argparse.Namespace, driver: GrpcDriver | OpenAIDriver, name: str) -> list[dict]:
+async def run_workload(args: argparse.Namespace, driver: GrpcDriver | OpenAIDriver, name: str,
+                       levels: list[dict]) -> None:
+    """Each concurrency level of workload `name` in turn, appended to `levels` as it completes."""
     make = WORKLOADS[name]
     ready: dict[int, Request] = {}
 
@@ -67,7 +73,7 @@ async def run_workload(args: argparse.Namespace, driver: GrpcDriver | OpenAIDriv
         rec.start = time.perf_counter()  # timed from its send: making the input is the client's work
         await driver.send(request, rec)
 
-    levels, first_index = [], 0
+    first_index = 0
     for c in args.concurrency:
         measured = max(args.min_measured, args.measured_per_stream * c)
         if name in SLOW_TO_MAKE:  # made before the level, on every core: making them inline would stall the loop
@@ -78,7 +84,6 @@ async def run_workload(args: argparse.Namespace, driver: GrpcDriver | OpenAIDriv
         levels.append(level)
         print(f"{name} c={c}: {level['output_tok_s']:.1f} tok/s, TTFT p50 {level['ttft_ms_p50']:.1f} ms "
               f"p99 {level['ttft_ms_p99']:.1f} ms, ITL p50 {_ms(level['itl_ms_p50'])}", file=sys.stderr, flush=True)
-    return levels
 
 
 def prepare(make: Callable[[int], Request], indices: range) -> dict[int, Request]:
@@ -105,4 +110,6 @@ def run(args: argparse.Namespace) -> int:
     picture = plot(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out}" + (f" and {picture}" if picture else " (no plot: matplotlib is not installed)"),
           file=sys.stderr)
-    return 0
+    for name, err in result.get("failed", {}).items():
+        print(f"omnimesh bench: {name} failed {err}", file=sys.stderr)
+    return 1 if result.get("failed") else 0

@@ -1,5 +1,5 @@
 """`omnimesh bench --addr`'s parts without a mesh: what a level reports from known records, the closed loop's
-counts, the gRPC driver's refusals and failures, the workloads' inputs, and the missing-openai exit."""
+counts, the gRPC driver's refusals and failures, a failing level keeping the levels before it, the workloads' inputs, and the missing-openai exit."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 from PIL import Image as PILImage
 
-from omnimesh import AudioDelta, AudioFailed, TextDelta, Unimplemented
+from omnimesh import AudioDelta, AudioFailed, ResourceExhausted, TextDelta, Unimplemented
 from gateway.cli.remote_bench import run as run_module
 from gateway.cli.remote_bench.drivers import GrpcDriver, Refused
 from gateway.cli.remote_bench.load import Record, closed_loop, summarize
@@ -97,6 +97,31 @@ def test_grpc_driver_refusal_skips_and_failed_speech_fails() -> None:
     with pytest.raises(RuntimeError, match="the speech failed: UNAVAILABLE"):
         asyncio.run(grpc_driver([AudioFailed("UNAVAILABLE", "talker down", "talker")]).send(
             WORKLOADS["speech"](0), Record(0, 0.0, True)))
+
+
+class FailsAfter(FakeClient):
+    """Answers its first `answered` requests, then refuses every one as a loaded gateway does."""
+
+    def __init__(self, answered: int) -> None:
+        super().__init__([TextDelta("a", (1,))])
+        self.answered = answered
+
+    async def chat_stream(self, *args: object, **kwargs: object):
+        self.answered -= 1
+        if self.answered < 0:
+            self.events = ResourceExhausted(grpc.StatusCode.RESOURCE_EXHAUSTED, "over gateway.max_media_bytes")
+        async for event in super().chat_stream():
+            yield event
+
+
+def test_a_failing_level_keeps_the_levels_measured_before_it() -> None:
+    driver = grpc_driver([])
+    driver.client = FailsAfter(answered=3)  # the c=1 level (warm-up, two measured) answers; c=2 is refused
+    args = argparse.Namespace(concurrency=[1, 2], min_measured=2, measured_per_stream=1)
+    levels: list[dict] = []
+    with pytest.raises(ResourceExhausted, match="max_media_bytes"):
+        asyncio.run(run_module.run_workload(args, driver, "text", levels))
+    assert [lv["concurrency"] for lv in levels] == [1] and levels[0]["requests"] == 2
 
 
 def test_media_inputs_are_distinct_and_decode() -> None:

@@ -1,0 +1,42 @@
+"""Compiles a hybrid model's eager steps before the thinker serves.
+
+A hybrid model's prefill (and mixed prefill + decode) steps run eagerly, outside the CUDA graphs, through Triton
+kernels that compile and autotune on first use: fla's chunked delta rule, our conv, norm and gate kernels. Left to
+the first requests, that cost one a 63.5 s first step and later ones 2 s steps on a new shape (a random Qwen3.5 9B
+on an H200, bench/results/2026-12-04-qwen3.5-9b-mesh-h200.json). Triton specialises integer arguments equal to 1 or
+divisible by 16, so the warm-up steps cover both kinds of row length, one and several rows, and decode rows beside
+prefill rows. Every row runs on one scratch state slot and one scratch KV block that no request is ever given.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from runtime.attention import build_attention_context
+from services.thinker.model.hybrid_lm import HybridLM
+from services.thinker.model.linear_state import LinearStateCache, build_state_context
+
+# each entry is one step's row lengths (1: a decode row)
+WARMUP_STEPS: tuple[tuple[int, ...], ...] = ((16,), (17,), (1, 32, 17), (1, 1, 48, 1))
+
+
+@torch.inference_mode()
+def warm_hybrid_steps(model: HybridLM, states: LinearStateCache, kv_caches: list, block_size: int,
+                      scratch_slot: int, scratch_block: int, device: torch.device) -> float:
+    """Runs WARMUP_STEPS through `model` on `scratch_slot` and `scratch_block` only; returns the seconds taken."""
+    start = time.perf_counter()
+    for q_lens in WARMUP_STEPS:
+        total = sum(q_lens)
+        ids = torch.zeros(total, dtype=torch.long, device=device)
+        positions = torch.cat([torch.arange(n).expand(3, n) for n in q_lens], dim=1).to(device)
+        # every row's tokens land in the scratch block: overwritten garbage that nothing else reads
+        tables = [[scratch_block] * -(-n // block_size) for n in q_lens]
+        ctx = build_attention_context(q_lens=list(q_lens), kv_lens=list(q_lens), block_tables=tables,
+                                      block_size=block_size, device=device)
+        slots = build_state_context(states, list(q_lens), [scratch_slot] * len(q_lens), [True] * len(q_lens), device)
+        out = model(model.embed(ids), positions, ctx, kv_caches, states=slots)
+        model.compute_logits(out.hidden[-1:])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
