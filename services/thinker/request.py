@@ -30,12 +30,6 @@ class MediaInput:
             return self.length
         return 0 if self.visual_mask is None else self.visual_mask.count(False)
 
-    def is_visual_row(self, row: int) -> bool:
-        """Whether span row `row` is an image or video token (those get deepstack features)."""
-        if self.kind == "audio":
-            return False
-        return self.visual_mask is None or self.visual_mask[row]
-
 
 @dataclass
 class ThinkerRequest:

@@ -22,7 +22,7 @@ from services.thinker.model.linear_state import (
     build_state_context,
     check_state_memory,
 )
-from services.thinker.request import ThinkerRequest
+from services.thinker.request import MediaInput, ThinkerRequest
 from services.thinker.state_graphs import DecodeStateInputs
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,9 @@ class _Packed:
     token_ids: list[int]
     positions: list[torch.Tensor]  # per row [3, n]
     media_rows: list[int]  # rows of x replaced by media embeddings
-    media_values: list[torch.Tensor]  # each [H]
+    media_values: list[torch.Tensor]  # one [n, H] slice per media span in this step, rows in media_rows' order
     visual_rows: list[int]  # rows that receive deepstack features
-    visual_values: list[list[torch.Tensor]]  # per deepstack level, each [H]
+    visual_values: list[list[torch.Tensor]]  # per deepstack level, [n, H] slices in visual_rows' order
     capture: list[tuple[ThinkerRequest, int, int]]  # (request, prompt index, packed row) to keep for the talker
     pending_rows: list[int]  # packed rows whose token is still being drawn on the device (PENDING_TOKEN)
     pending_from: list[int]  # each one's row of PendingTokens.tokens
@@ -122,12 +122,12 @@ class ThinkerRunner:
         x = self.model.embed(ids)  # [T, H], one embedding call for every row
         if packed.media_rows:
             rows = to_device(torch.tensor(packed.media_rows, dtype=torch.long), self.device)
-            x[rows] = to_device(torch.stack(packed.media_values), self.device, x.dtype)
+            x[rows] = to_device(self._joined(packed.media_values), self.device, x.dtype)
         deepstack = None
         if packed.visual_rows:
             deepstack = DeepstackInput(
                 row_index=to_device(torch.tensor(packed.visual_rows, dtype=torch.long), self.device),
-                features=[to_device(torch.stack(level), self.device, x.dtype) for level in packed.visual_values])
+                features=[to_device(self._joined(level), self.device, x.dtype) for level in packed.visual_values])
         ctx = build_attention_context(
             q_lens=[r.num_tokens for r in batch.rows],
             kv_lens=[r.seq.num_computed_tokens + r.num_tokens for r in batch.rows],
@@ -200,6 +200,13 @@ class ThinkerRunner:
         if pairs:
             self.states.copy([src for src, _ in pairs], [dst for _, dst in pairs])
 
+    def _joined(self, spans: list[torch.Tensor]) -> torch.Tensor:
+        """Media slices as one host tensor, joined straight into pinned memory on CUDA (to_device would otherwise
+        copy a video chunk's ~100 MB twice)."""
+        out = torch.empty((sum(t.shape[0] for t in spans), spans[0].shape[1]), dtype=spans[0].dtype,
+                          pin_memory=self.device.type == "cuda")
+        return torch.cat(spans, out=out)
+
     @staticmethod
     def _sampling_rows(batch: ScheduledBatch, device: torch.device) -> torch.Tensor:
         """The packed row of each sampling row's last token, on `device` (through pinned memory)."""
@@ -232,17 +239,28 @@ class ThinkerRunner:
             p.positions.append(_positions(req, seq.num_prompt_tokens, start, stop))
             for m in req.media:
                 lo, hi = max(m.offset, start), min(m.end, stop)
-                for i in range(lo, hi):
-                    packed_row = base + i - start
-                    p.media_rows.append(packed_row)
-                    p.media_values.append(m.embeddings[i - m.offset])
-                    if m.deepstack and m.is_visual_row(i - m.offset):
-                        p.visual_rows.append(packed_row)
-                        for level in range(num_levels):
-                            p.visual_values[level].append(m.deepstack[level][i - m.offset])
-                    if req.capture_talker_states and i not in req.talker_states:
-                        p.capture.append((req, i, packed_row))
+                if lo < hi:
+                    _pack_span(p, req, m, lo, hi, base - start, num_levels)
         return p
+
+
+def _pack_span(p: _Packed, req: ThinkerRequest, m: MediaInput, lo: int, hi: int, shift: int, num_levels: int) -> None:
+    """Prompt rows lo..hi of media item m, at packed rows lo + shift..: one slice per span, not one view per row (a
+    60 s video is ~12k rows a request)."""
+    span = slice(lo - m.offset, hi - m.offset)
+    p.media_rows.extend(range(lo + shift, hi + shift))
+    p.media_values.append(m.embeddings[span])
+    if m.deepstack:
+        if m.visual_mask is None:
+            p.visual_rows.extend(range(lo + shift, hi + shift))
+            picked: slice | torch.Tensor = span
+        else:  # audio-in-video: only its video rows get deepstack
+            picked = torch.tensor([i for i in range(span.start, span.stop) if m.visual_mask[i]], dtype=torch.long)
+            p.visual_rows.extend(int(i) + m.offset + shift for i in picked)
+        for level in range(num_levels):
+            p.visual_values[level].append(m.deepstack[level][picked])
+    if req.capture_talker_states:
+        p.capture.extend((req, i, i + shift) for i in range(lo, hi) if i not in req.talker_states)
 
 
 def _positions(req: ThinkerRequest, num_prompt: int, start: int, stop: int) -> torch.Tensor:

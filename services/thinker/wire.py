@@ -130,22 +130,22 @@ def _media_input(i: int, span: thinker_pb2.MediaSpan, ids: list[int], tensors: d
     if kind != "audio_in_video":
         emb = _expect(tensors, f"media.{i}.embeddings", (span.length, hidden))
         deepstack = [] if kind == "audio" else [
-            _expect(tensors, f"media.{i}.deepstack.{k}", (span.length, hidden)).float()
+            _expect(tensors, f"media.{i}.deepstack.{k}", (span.length, hidden))
             for k in range(cfg.num_deepstack)]
         return MediaInput(kind, span.offset, span.length, tuple(span.grid_thw), span.second_per_grid,
-                          span.content_hash, emb.float(), deepstack)
+                          span.content_hash, emb, deepstack)
     # Interleaved: video rows take the vision embeddings (and deepstack) in order, audio rows the sound track's.
     body = ids[span.offset:span.offset + span.length]
     is_video = torch.tensor([t == cfg.video_token_id for t in body])
     num_video = int(is_video.sum())
-    video = _expect(tensors, f"media.{i}.embeddings", (num_video, hidden)).float()
-    audio = _expect(tensors, f"media.{i}.audio_embeddings", (span.audio_length, hidden)).float()
-    emb = torch.empty(span.length, hidden)
-    emb[is_video], emb[~is_video] = video, audio
+    video = _expect(tensors, f"media.{i}.embeddings", (num_video, hidden))
+    audio = _expect(tensors, f"media.{i}.audio_embeddings", (span.audio_length, hidden))
+    emb = torch.empty(span.length, hidden, dtype=video.dtype)
+    emb[is_video], emb[~is_video] = video, audio.to(video.dtype)
     deepstack = []
     for k in range(cfg.num_deepstack):
-        level = torch.zeros(span.length, hidden)
-        level[is_video] = _expect(tensors, f"media.{i}.deepstack.{k}", (num_video, hidden)).float()
+        level = torch.zeros(span.length, hidden, dtype=video.dtype)
+        level[is_video] = _expect(tensors, f"media.{i}.deepstack.{k}", (num_video, hidden))
         deepstack.append(level)
     return MediaInput(kind, span.offset, span.length, tuple(span.grid_thw), span.second_per_grid, span.content_hash,
                       emb, deepstack, visual_mask=tuple(bool(v) for v in is_video.tolist()))
@@ -157,6 +157,8 @@ def _expect(tensors: dict[str, torch.Tensor], name: str, shape: tuple[int, int])
         raise InvalidArgument(f"media[{name}]", "is missing")
     if tuple(t.shape) != shape:
         raise InvalidArgument(f"media[{name}]", f"has shape {list(t.shape)}, expected {list(shape)}")
+    if not t.is_floating_point():  # kept in the sender's float dtype; the step casts to the model's on the device
+        raise InvalidArgument(f"media[{name}]", f"has dtype {t.dtype}; allowed: float32, float16, bfloat16")
     return t
 
 

@@ -64,6 +64,8 @@ CASES = {
                                   *media("media.7.embeddings", torch.zeros(4, HIDDEN))],  # not announced
     "media[media.0.embeddings]  ": [start(token_ids=image_prompt(), media=[IMAGE_SPAN]), *tensors_for_image(),
                                     *media("media.0.embeddings", torch.zeros(4, HIDDEN))],  # a second time
+    "media[media.0.embeddings]   ": [start(token_ids=image_prompt(), media=[IMAGE_SPAN]),
+                                     *media("media.0.embeddings", torch.zeros(4, HIDDEN, dtype=torch.int32))],
     "start ": [start(), start()],
     "media": [start(token_ids=image_prompt(), media=[IMAGE_SPAN]), tensors_for_image()[0].__class__(
         media=common_pb2.Tensor(name="media.0.embeddings", dtype=common_pb2.DTYPE_FLOAT32, shape=[4, HIDDEN],
