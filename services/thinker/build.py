@@ -30,7 +30,7 @@ from services.thinker.model.linear_state import LinearStateCache
 from services.thinker.model.loader import load_thinker_lm
 from services.thinker.parallel.launch import load_parallel_thinker, rank_devices
 from services.thinker.parallel.runner import ParallelRunner
-from services.thinker.parallel.sharded_lm import ShardedThinkerLM
+from services.thinker.parallel.rank_shard import RankShard
 from services.thinker.runner import ThinkerRunner
 from services.thinker.service import ThinkerService
 from services.thinker.servicer import ThinkerServicer
@@ -69,8 +69,8 @@ def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.d
                  "model's prefill steps run without CUDA graphs", num_slots, snapshots,
                  (num_slots + snapshots) * LinearStateCache.bytes_per_slot(hybrid, dtype) / 2**20,
                  "on" if snapshots else "off")
-    if isinstance(model, ShardedThinkerLM):
-        runner = ParallelRunner(model, num_blocks, eng.block_size, device, dtype, graphs, num_slots)
+    if isinstance(model, RankShard):
+        runner = ParallelRunner(model, num_blocks, eng.block_size, device, dtype, graphs, num_slots, snapshots)
     else:
         runner = ThinkerRunner(model, num_blocks, eng.block_size, device, dtype, graphs, num_slots, snapshots)
     prefix_cache = eng.enable_prefix_cache and (hybrid is None or snapshots > 0)
@@ -124,7 +124,7 @@ async def build_thinker(mesh: MeshConfig, model_dir: Path, server: StageServer) 
     server.add_service(thinker_pb2_grpc.add_ThinkerServicer_to_server, servicer, SERVICE_NAME)
     server.not_serving_when("the thinker engine", lambda: service.engine.failure, service.engine.heartbeat,
                             mesh.thinker.stall_timeout_s)
-    if isinstance(model, ShardedThinkerLM):  # a worker that dies while idle takes the stage down too
+    if isinstance(model, RankShard):  # a worker that dies while idle takes the stage down too
         driver = model.driver
         server.not_serving_when("a tensor-parallel rank", lambda: driver.failure, service.engine.heartbeat, 0)
 

@@ -23,8 +23,9 @@ WARMUP_STEPS: tuple[tuple[int, ...], ...] = ((16,), (17,), (1, 32, 17), (1, 1, 4
 
 @torch.inference_mode()
 def warm_hybrid_steps(model: HybridLM, states: LinearStateCache, kv_caches: list, block_size: int,
-                      scratch_slot: int, scratch_block: int, device: torch.device) -> float:
-    """Runs WARMUP_STEPS through `model` on `scratch_slot` and `scratch_block` only; returns the seconds taken."""
+                      scratch_slot: int, scratch_block: int, device: torch.device, logits: bool = True) -> float:
+    """Runs WARMUP_STEPS through `model` on `scratch_slot` and `scratch_block` only; returns the seconds taken.
+    logits: also the LM head (False on a tensor-parallel worker, which has none)."""
     start = time.perf_counter()
     for q_lens in WARMUP_STEPS:
         total = sum(q_lens)
@@ -36,7 +37,8 @@ def warm_hybrid_steps(model: HybridLM, states: LinearStateCache, kv_caches: list
                                       block_size=block_size, device=device)
         slots = build_state_context(states, list(q_lens), [scratch_slot] * len(q_lens), [True] * len(q_lens), device)
         out = model(model.embed(ids), positions, ctx, kv_caches, states=slots)
-        model.compute_logits(out.hidden[-1:])
+        if logits:
+            model.compute_logits(out.hidden[-1:])
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - start

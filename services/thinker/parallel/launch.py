@@ -11,7 +11,7 @@ import torch
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.parallel.driver import RankDriver
 from services.thinker.parallel.plan import plan_rank
-from services.thinker.parallel.sharded_lm import ShardedThinkerLM
+from services.thinker.parallel.rank_model import ShardedLM, load_rank_model
 from services.thinker.parallel.worker import WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ def rank_devices(device: torch.device, world: int) -> list[torch.device]:
 
 
 def load_parallel_thinker(ckpt_dir: Path | str, world: int, device: torch.device, dtype: torch.dtype,
-                          cpu_threads: int, timeout_s: float, use_kernels: bool | None = None) -> ShardedThinkerLM:
+                          cpu_threads: int, timeout_s: float, use_kernels: bool | None = None) -> ShardedLM:
     """Rank 0's shard with its driver attached (model.driver; close it to stop the workers). `timeout_s` bounds
     every collective: a rank that hangs or dies fails the others' step instead of blocking it."""
     plan = plan_rank(ThinkerConfig.from_checkpoint(ckpt_dir), 0, world)  # a bad split fails here, naming the field
@@ -44,7 +44,7 @@ def load_parallel_thinker(ckpt_dir: Path | str, world: int, device: torch.device
                       cpu_threads, timeout_s, LOAD_TIMEOUT_S, use_kernels)
     driver = RankDriver.start(spec, devices)
     try:
-        model = ShardedThinkerLM.load_shard(ckpt_dir, plan, driver.group, device, dtype, use_kernels)
+        model = load_rank_model(ckpt_dir, plan, driver.group, device, dtype, use_kernels)
         driver.join()
     except BaseException:
         driver.close()

@@ -8,6 +8,7 @@ from torch import nn
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.mlp import DenseMLP
 from services.thinker.model.moe import SparseMoE
+from services.thinker.model.shared_moe import SharedExpertMoE
 from services.thinker.parallel.collectives import RankGroup
 
 
@@ -42,6 +43,23 @@ class ParallelSparseMoE(SparseMoE):
 
     def __init__(self, cfg: ThinkerConfig, group: RankGroup) -> None:
         super().__init__(cfg)  # cfg is the rank's: moe_intermediate_size already divided
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.group.all_reduce(super().forward(x))
+
+    def forward_fused(self, x: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
+        return self.group.all_reduce(super().forward_fused(x, logits))
+
+
+class ParallelSharedExpertMoE(SharedExpertMoE):
+    """Qwen3.5-MoE's block split like ParallelSparseMoE, its shared expert by width too (gate/up rows, down
+    columns). The shared expert's gate is one scalar per token, computed whole on every rank (its weight is
+    replicated): sigmoid(gate) times the rank's partial shared output sums over the ranks to the whole term, so the
+    routed and shared partials still take one all-reduce together."""
+
+    def __init__(self, cfg: ThinkerConfig, group: RankGroup) -> None:
+        super().__init__(cfg)  # the rank's cfg: moe_ and shared_expert_intermediate_size already divided
         self.group = group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

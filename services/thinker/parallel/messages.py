@@ -15,6 +15,16 @@ class Prepare:
     num_blocks: int  # the scheduler's blocks
     block_size: int
     graphs: GraphSettings | None  # with graphs, one more (scratch) block is allocated, as on rank 0
+    num_state_slots: int = 0  # a hybrid model's state slots and snapshots (with graphs, one more scratch slot)
+
+
+@dataclass(frozen=True)
+class StateStep:
+    """A hybrid model's step: which rows decode (their packed rows and slots follow through the broadcast) and the
+    prefill rows' (first packed token, token count, slot), from which a worker plans its conv as rank 0 did."""
+
+    num_decode: int
+    prefill: list[tuple[int, int, int]]
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,22 @@ class EagerStep:
     kv_lens: list[int]
     deepstack_rows: int  # 0: no deepstack input
     deepstack_levels: int
+    states: StateStep | None = None  # a hybrid model's state slots
+
+
+@dataclass(frozen=True)
+class StateReset:
+    """Zero these state slots (sequences starting): their ids follow through the broadcast, `count` of them."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class StateCopy:
+    """Copy the states of slots `src` into slots `dst` (prefix-cache snapshots taken and restored)."""
+
+    src: list[int]
+    dst: list[int]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,11 @@ def _cols(span: Span) -> Slicer:
     return lambda t: t[:, span.start:span.stop]
 
 
+def _row_spans(spans: tuple[Span, ...]) -> Slicer:
+    """Several row blocks, concatenated: a DeltaNet layer's q, k and v channels of the rank's heads."""
+    return lambda t: torch.cat([t[s.start:s.stop] for s in spans])
+
+
 def _fused_gate_up(span: Span, width: int) -> Slicer:
     """gate_up_proj [E, 2I, H] (gate rows, then up rows): the rank's rows of each half."""
     return lambda t: torch.cat((t[:, span.start:span.stop], t[:, width + span.start:width + span.stop]), dim=1)
@@ -40,6 +45,10 @@ def _fused_down(span: Span) -> Slicer:
 
 def slicer_for(name: str, plan: ShardPlan) -> Slicer | None:
     """How rank `plan.rank` reads tensor `name` (relative to the LM prefix); None: it holds the whole tensor."""
+    if plan.cfg.hybrid is not None:
+        cut = _hybrid_slicer(name, plan)
+        if cut is not None:
+            return cut
     if re.fullmatch(r"layers\.\d+\.self_attn\.q_proj\.(weight|bias)", name):
         return _rows(plan.q_rows)
     if re.fullmatch(r"layers\.\d+\.self_attn\.[kv]_proj\.(weight|bias)", name):
@@ -58,6 +67,27 @@ def slicer_for(name: str, plan: ShardPlan) -> Slicer | None:
         return _rows(plan.dense_cols)
     if re.fullmatch(r"layers\.\d+\.mlp\.down_proj\.weight", name):
         return _cols(plan.dense_cols)
+    return None
+
+
+def _hybrid_slicer(name: str, plan: ShardPlan) -> Slicer | None:
+    """Qwen3.5's own tensors: gated attention's q_proj (query and gate rows per head), the Gated-DeltaNet layers'
+    (by key heads and the value heads they serve; the conv is per channel, so it splits with in_proj_qkv's rows)
+    and the MoE's shared expert (by width; its scalar gate is replicated). The rest splits as Qwen3-Omni's."""
+    if re.fullmatch(r"layers\.\d+\.self_attn\.q_proj\.(weight|bias)", name):
+        return _rows(plan.gated_q_rows)
+    if re.fullmatch(r"layers\.\d+\.linear_attn\.(in_proj_qkv|conv1d)\.weight", name):
+        return _row_spans(plan.conv_channels)
+    if re.fullmatch(r"layers\.\d+\.linear_attn\.in_proj_z\.weight", name):
+        return _rows(plan.linear_value_rows)
+    if re.fullmatch(r"layers\.\d+\.linear_attn\.(in_proj_[ab]\.weight|A_log|dt_bias)", name):
+        return _rows(plan.linear_value_heads)
+    if re.fullmatch(r"layers\.\d+\.linear_attn\.out_proj\.weight", name):
+        return _cols(plan.linear_value_rows)
+    if re.fullmatch(r"layers\.\d+\.mlp\.shared_expert\.(gate|up)_proj\.weight", name):
+        return _rows(plan.shared_expert_cols)
+    if re.fullmatch(r"layers\.\d+\.mlp\.shared_expert\.down_proj\.weight", name):
+        return _cols(plan.shared_expert_cols)
     return None
 
 

@@ -1,5 +1,6 @@
 """A tensor-parallel worker process (ranks 1..N-1): loads its shard, joins the group, then runs every forward rank 0
-announces on its own KV cache shard until told to stop, or until rank 0 is gone."""
+announces on its own KV cache shard (and, for a hybrid model, its own share of the state slots) until told to stop,
+or until rank 0 is gone."""
 from __future__ import annotations
 
 import logging
@@ -15,11 +16,24 @@ from runtime.attention import AttentionContext
 from runtime.attention.kv_cache import allocate_kv_cache
 from runtime.stage_device import stage_device
 from services.thinker.graphs import StepGraphs
+from services.thinker.hybrid_warmup import warm_hybrid_steps
 from services.thinker.model.config import ThinkerConfig
+from services.thinker.model.linear_state import LinearStateCache, check_state_memory
 from services.thinker.parallel.collectives import RankGroup, join_group, leave_group, worker_store
-from services.thinker.parallel.messages import EagerStep, Failed, GraphStep, Prepare, Ready, Stop
+from services.thinker.parallel.messages import (
+    EagerStep,
+    Failed,
+    GraphStep,
+    Prepare,
+    Ready,
+    StateCopy,
+    StateReset,
+    Stop,
+)
+from services.thinker.parallel.mirrored_states import apply_reset
 from services.thinker.parallel.plan import plan_rank
-from services.thinker.parallel.sharded_lm import ShardedThinkerLM
+from services.thinker.parallel.rank_model import load_rank_model
+from services.thinker.state_graphs import DecodeStateInputs
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +60,25 @@ class _Worker:
         self.device = stage_device(spec.device, spec.cpu_threads)
         self.dtype = getattr(torch, spec.dtype)
         plan = plan_rank(ThinkerConfig.from_checkpoint(spec.ckpt_dir), spec.rank, spec.world)
-        self.model = ShardedThinkerLM.load_shard(spec.ckpt_dir, plan, RankGroup(spec.rank, spec.world), self.device,
-                                                 self.dtype, spec.use_kernels)
+        self.model = load_rank_model(spec.ckpt_dir, plan, RankGroup(spec.rank, spec.world), self.device, self.dtype,
+                                     spec.use_kernels)
         self.kv_caches: list[torch.Tensor] = []
+        self.states: LinearStateCache | None = None  # a hybrid model's share of every state slot
+        self._decode_states: DecodeStateInputs | None = None  # its decode graphs' slots, which rank 0 broadcasts into
         self.graphs: StepGraphs | None = None
         self.x_static: torch.Tensor | None = None  # the graphs' input embeddings, which rank 0 broadcasts into
 
     @torch.inference_mode()
     def prepare(self, msg: Prepare) -> None:
+        """What rank 0's ThinkerRunner allocates, captures and warms up, in the same order (the collectives pair)."""
         cfg = self.model.cfg
         use_graphs = msg.graphs is not None
+        scratch = msg.num_state_slots  # a hybrid model's graph padding rows advance the slot after every real one
+        if cfg.hybrid is not None:
+            check_state_memory(cfg.hybrid, scratch + int(use_graphs), self.dtype, self.device)
+            self.states = self.model.allocate_states(scratch + int(use_graphs), self.device)
+            if use_graphs and msg.graphs.decode_buckets:
+                self._decode_states = DecodeStateInputs(self.states, msg.graphs.decode_buckets, scratch, self.device)
         self.kv_caches = allocate_kv_cache(len(cfg.kv_layers), msg.num_blocks + int(use_graphs), msg.block_size,
                                            cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device)
         if msg.graphs is None:
@@ -65,23 +88,42 @@ class _Worker:
         self.graphs = StepGraphs(self._graph_forward, msg.graphs, msg.block_size, msg.num_blocks, self.device,
                                  capture=self.device.type == "cuda")
         self.graphs.capture()  # in step with rank 0's: same shapes, same order, same warm-ups
+        if self.states is not None and self.device.type == "cuda":  # rank 0 compiles its eager hybrid steps here
+            warm_hybrid_steps(self.model, self.states, self.kv_caches, msg.block_size, scratch_slot=scratch,
+                              scratch_block=msg.num_blocks, device=self.device, logits=False)
 
     def _graph_forward(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         """What each graph captures: its rows of the embeddings buffer (rank 0 broadcasts into it), then the
-        decoder. -> [N, H], unused."""
+        decoder (a hybrid model's on its decode graph's slots). -> [N, H], unused."""
         assert self.x_static is not None
-        return self.model(self.x_static[:ids.shape[0]], positions, ctx, self.kv_caches).hidden
+        n = ids.shape[0]
+        if self._decode_states is not None:
+            states = self._decode_states.context(n)
+            return self.model(self.x_static[:n], positions, ctx, self.kv_caches, states=states).hidden
+        return self.model(self.x_static[:n], positions, ctx, self.kv_caches).hidden
 
     @torch.inference_mode()
     def eager(self, step: EagerStep) -> None:
-        x, positions, ctx, deepstack = self.model.step_inputs(step, self.device, self.dtype)
-        self.model(x, positions, ctx, self.kv_caches, deepstack=deepstack)
+        inputs = self.model.step_inputs(step, self.device, self.dtype, self.states)
+        if inputs.states is not None:
+            self.model(inputs.x, inputs.positions, inputs.ctx, self.kv_caches, states=inputs.states)
+        else:
+            self.model(inputs.x, inputs.positions, inputs.ctx, self.kv_caches, deepstack=inputs.deepstack)
 
     @torch.inference_mode()
     def replay(self, step: GraphStep) -> None:
         assert self.graphs is not None, "a graph step before graphs were captured"
         table = self.graphs.decode if step.kind == "decode" else self.graphs.prefill
         self.graphs.execute(table[step.size])
+
+    @torch.inference_mode()
+    def change_states(self, msg: StateReset | StateCopy) -> None:
+        """Rank 0's change to its state slots (mirrored_states.py), made to this rank's share of them."""
+        assert self.states is not None, "a state change before the state slots were allocated"
+        if isinstance(msg, StateReset):
+            apply_reset(self.states, msg, self.model.group, self.device)
+        else:
+            self.states.copy(msg.src, msg.dst)
 
 
 def run_worker(spec: WorkerSpec, conn: Connection) -> None:
@@ -109,6 +151,8 @@ def run_worker(spec: WorkerSpec, conn: Connection) -> None:
                 worker.eager(msg)
             elif isinstance(msg, GraphStep):
                 worker.replay(msg)
+            elif isinstance(msg, (StateReset, StateCopy)):
+                worker.change_states(msg)
             elif isinstance(msg, Prepare):
                 worker.prepare(msg)
             elif isinstance(msg, Stop):
