@@ -2,11 +2,13 @@
 inputs and fp32 recurrent state, and the per-step map from packed rows to slots."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
 from runtime.kernels.causal_conv import ConvPlan, conv_prefill_plan
+from runtime.kernels.gated_delta import PrefillRows
 from runtime.transfer import to_device
 from services.thinker.model.hybrid_config import HybridConfig
 
@@ -69,14 +71,15 @@ class StateContext:
     prefill_rows: torch.Tensor  # int64 [Tp], the packed tokens of those rows in order
     conv_plan: ConvPlan | None = None  # the prefill rows' conv index maps (every layer's), when there are any
 
-    @property
-    def prefill_gathered(self) -> list[tuple[int, int, int]]:
-        """`prefill` with each row's first token counted within prefill_rows (the rows gathered together)."""
+    @functools.cached_property
+    def prefill_gathered(self) -> PrefillRows:
+        """`prefill` with each row's first token counted within prefill_rows (the rows gathered together), built once
+        a step for every layer."""
         gathered, at = [], 0
         for _, count, slot in self.prefill:
             gathered.append((at, count, slot))
             at += count
-        return gathered
+        return PrefillRows(gathered)
 
 
 def build_state_context(cache: LinearStateCache, q_lens: list[int], slots: list[int], fresh: list[bool],

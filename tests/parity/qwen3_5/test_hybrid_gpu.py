@@ -42,9 +42,9 @@ def test_fla_prefill_over_slots_matches_reference() -> None:
     num_tokens = sum(n for _, n, _ in ROWS)
     q, k, v, g, beta, states = _inputs(num_tokens, "cuda", torch.bfloat16)
     assert gated_delta.use_fla(q)
-    out = gated_delta.gated_delta_prefill(q, k, v, g, beta, states, ROWS)
+    out = gated_delta.gated_delta_prefill(q, k, v, g, beta, states, gated_delta.PrefillRows(ROWS))
     rq, rk, rv, rg, rbeta, rstates = _inputs(num_tokens, "cpu", torch.float32)
-    want = gated_delta.gated_delta_prefill(rq, rk, rv, rg, rbeta, rstates, ROWS)
+    want = gated_delta.gated_delta_prefill(rq, rk, rv, rg, rbeta, rstates, gated_delta.PrefillRows(ROWS))
     assert _relative_error(out, want) < 2e-2
     assert _relative_error(states, rstates) < 2e-2
     untouched = [s for s in range(SLOTS) if s not in {slot for _, _, slot in ROWS}]
