@@ -25,7 +25,8 @@ def _store_partial(
     tl.store(part_out_ptr + lse_idx[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :], o, mask=row_ok[:, None])
 
 
-@triton.jit(do_not_specialize=["num_q_tokens"])  # one compile for every batch size
+# one compile for every batch size and block-table width (Triton would specialise each on being 1 or a multiple of 16)
+@triton.jit(do_not_specialize=["num_q_tokens", "stride_bt"])
 def _paged_attn_kernel(
     q_ptr, k_ptr, v_ptr, block_tables_ptr, kv_lens_ptr, cu_q_ptr,
     out_ptr, part_out_ptr, part_lse_ptr,
@@ -124,6 +125,16 @@ def choose_splits(programs: int, max_kv: int, sms: int) -> int:
 
 BLOCK_N = 64  # keys per inner step
 MIN_SPLIT_KEYS = 64  # a split takes at least this many keys (a multiple of BLOCK_N); fewer splits fill short sequences
+# Multi-token tiles (prefill, chunks, mixed steps) run eagerly, outside CUDA graphs, so every split count is a compile
+# on the step that first meets it (seconds, stalling every running row): they take powers of two only, which
+# `compile_prefill_variants` compiles at start. Decode graphs keep choose_splits' exact count, fixed at capture.
+PREFILL_SPLITS = (1, 2, 4, 8, 16, 32)
+
+
+def split_count(block_q: int, programs: int, max_kv: int, sms: int) -> int:
+    """choose_splits for one-token tiles; for multi-token tiles the largest of PREFILL_SPLITS not above it."""
+    splits = choose_splits(programs, max_kv, sms)
+    return splits if block_q == 1 else 1 << (splits.bit_length() - 1)
 
 
 def paged_attention_triton(
@@ -153,7 +164,7 @@ def paged_attention_triton(
     q_tiles = triton.cdiv(max_seqlen_q, block_q)
     if num_splits is None:
         programs = q_tiles * batch * num_kv_heads
-        num_splits = choose_splits(programs, max_blocks * block_size, num_sms(q.device.index or 0))
+        num_splits = split_count(block_q, programs, max_blocks * block_size, num_sms(q.device.index or 0))
     out = torch.empty_like(q)
     part_out = part_lse = out  # unused when not split
     if num_splits > 1:
@@ -175,3 +186,16 @@ def paged_attention_triton(
             NUM_SPLITS=num_splits, SPLITS_PAD=next_power_of_2(num_splits), HEAD_DIM=head_dim, num_warps=4,
         )
     return out
+
+
+def compile_prefill_variants(num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
+                             dtype: torch.dtype, device: torch.device) -> None:
+    """Compiles the multi-token tile kernel (and the split merge) for every PREFILL_SPLITS count, on a two-token
+    query over a throwaway one-block cache: what a model with these heads meets in its eager steps."""
+    q = torch.zeros(2, num_q_heads, head_dim, dtype=dtype, device=device)
+    kv_cache = torch.zeros(2, 1, block_size, num_kv_heads, head_dim, dtype=dtype, device=device)
+    block_tables = torch.zeros(1, 1, dtype=torch.int32, device=device)
+    kv_lens = torch.tensor([2], dtype=torch.int32, device=device)
+    cu_seqlens_q = torch.tensor([0, 2], dtype=torch.int32, device=device)
+    for splits in PREFILL_SPLITS:
+        paged_attention_triton(q, kv_cache, block_tables, kv_lens, cu_seqlens_q, 2, num_splits=splits)

@@ -6,6 +6,8 @@ the first requests, that cost one a 63.5 s first step and later ones 2 s steps o
 on an H200, bench/results/2026-12-04-qwen3.5-9b-mesh-h200.json). Triton specialises integer arguments equal to 1 or
 divisible by 16, so the warm-up steps cover both kinds of row length, one and several rows, and decode rows beside
 prefill rows. Every row runs on one scratch state slot and one scratch KV block that no request is ever given.
+The paged attention's split counts, which depend on the step's shape rather than on these rows, are compiled apart
+(runtime/kernels/paged_attention_triton.compile_prefill_variants), for every model.
 """
 from __future__ import annotations
 

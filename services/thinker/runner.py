@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, replace
 
 import torch
@@ -89,6 +90,14 @@ class ThinkerRunner:
             if self.capture_records:
                 log.info("thinker: %d CUDA graphs, %.1f MiB in all", len(self.capture_records),
                          sum(r.memory_bytes for r in self.capture_records) / 2**20)
+        if model.use_kernels and torch.device(device).type == "cuda":
+            from runtime.kernels.paged_attention_triton import compile_prefill_variants  # noqa: PLC0415 - triton
+
+            start = time.perf_counter()
+            compile_prefill_variants(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, block_size, dtype,
+                                     torch.device(device))
+            log.info("thinker: compiled the prefill attention's split variants in %.2f s",
+                     time.perf_counter() - start)
         if self.states is not None and use_graphs and torch.device(device).type == "cuda":
             seconds = warm_hybrid_steps(model, self.states, self.kv_caches, block_size, scratch_slot=scratch,
                                         scratch_block=num_blocks, device=torch.device(device))

@@ -114,7 +114,7 @@ def check_attention(dtype: torch.dtype) -> None:
     """Prefill and decode tiles, with no splits and with splits (some left empty by a short sequence or a large
     min_split_keys), against the reference."""
     from runtime.kernels.paged_attention_reference import paged_attention_reference
-    from runtime.kernels.paged_attention_triton import paged_attention_triton
+    from runtime.kernels.paged_attention_triton import compile_prefill_variants, paged_attention_triton
 
     tol = 1e-5 if dtype == torch.float32 else 3e-3
     cases = (  # (q_lens, kv_lens, [(splits, min split keys)])
@@ -130,6 +130,7 @@ def check_attention(dtype: torch.dtype) -> None:
             out = paged_attention_triton(case.q, case.kv_cache, case.block_tables, case.kv_lens, case.cu_seqlens_q,
                                          case.max_seqlen_q, num_splits=splits, min_split_keys=min_keys)
             assert rel_err(out, ref) < tol, (q_lens, splits, min_keys)
+    compile_prefill_variants(8, 2, 32, 4, dtype, torch.device("cpu"))  # runs every prefill split count
 
 
 def check_norms(dtype: torch.dtype) -> None:

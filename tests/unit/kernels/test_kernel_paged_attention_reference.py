@@ -55,3 +55,18 @@ def test_cpu_dispatch_uses_the_reference() -> None:
     q1 = case.q[:2]
     assert torch.equal(paged_decode_attention(q1, *args), paged_decode_attention_reference(q1, *args))
     assert attention_backend("cpu") == "torch"
+
+
+def test_multi_token_tiles_take_power_of_two_splits_and_one_token_tiles_the_exact_count() -> None:
+    pytest.importorskip("triton")
+    from runtime.kernels.paged_attention_triton import PREFILL_SPLITS, choose_splits, split_count
+
+    seen = set()
+    for programs in (1, 3, 4, 7, 12, 20, 40, 132, 500):
+        for max_kv in (64, 300, 1500, 4096, 32768):
+            exact = choose_splits(programs, max_kv, 132)
+            assert split_count(1, programs, max_kv, 132) == exact
+            tiled = split_count(32, programs, max_kv, 132)
+            assert tiled in PREFILL_SPLITS and tiled <= exact < 2 * tiled
+            seen.add(tiled)
+    assert seen == set(PREFILL_SPLITS)  # every count compile_prefill_variants compiles is met, and no other
