@@ -1,5 +1,6 @@
-"""A frame's code pick per call: the one-launch Triton kernel (pick_triton) against the torch path (`_Picker`, "topk"
-mode), at the talker's vocabulary (codebook 0, control ids suppressed) and the code predictor's; writes JSON.
+"""A frame's code pick per call: the sampler's one-launch Triton kernel (runtime/sampler/pick_triton.py) against its
+torch reference (`_Picker`, "topk" mode), at the talker's vocabulary (codebook 0, control ids suppressed) and the
+code predictor's; writes JSON.
 
 Run on the GPU machine:  PYTHONPATH=. python bench/talker/bench_pick.py --out pick.json
 A time is one call's share of a CUDA graph of --calls back-to-back calls (CUDA events around --iters replays, median
@@ -21,11 +22,12 @@ from typing import Any, Callable
 import torch
 import triton
 
+from runtime.sampler.knobs import WIDTH
+from runtime.sampler.pick_triton import pick_triton
 from services.talker.model.frame_step import (
-    DO_SAMPLE, PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P, TEMPERATURE, TOP_K, TOP_P, TOP_WIDTH, _Picker, knob_row,
+    PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P, TEMPERATURE, TOP_K, TOP_P, _Picker, knob_row,
 )
-from services.talker.model.pick_triton import RowKnobs, pick_codes
-from services.talker.model.sampling import TalkerSampling, exponentials
+from services.talker.model.sampling import TalkerSampling
 
 TALKER_VOCAB, PREDICTOR_VOCAB, CODEBOOK = 3072, 2048, 2048
 CODEC_EOS = 2150  # the one control id the talker's suppression leaves
@@ -33,13 +35,13 @@ PREDICTOR_CODEBOOKS = 15
 
 
 def inputs(vocab: int, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 scores (the talker's with its control ids at -inf but EOS, as FrameStep masks them) and exponentials."""
+    """fp32 scores (the talker's with its control ids at -inf but EOS, as FrameStep masks them) and uniforms."""
     gen = torch.Generator().manual_seed(seed)
     logits = torch.randn(batch, vocab, generator=gen) * 3
     if vocab == TALKER_VOCAB:
         logits[:, CODEBOOK:] = float("-inf")
         logits[:, CODEC_EOS] = 0.0
-    return logits.cuda(), exponentials(torch.rand(batch, vocab, generator=gen)).cuda()
+    return logits.cuda(), torch.rand(batch, vocab, generator=gen).cuda()
 
 
 def graph_us(call: Callable[[], torch.Tensor], calls: int, iters: int, repeats: int) -> float:
@@ -69,14 +71,15 @@ def graph_us(call: Callable[[], torch.Tensor], calls: int, iters: int, repeats: 
 def bench_case(vocab: int, batch: int, warps: list[int], args: argparse.Namespace) -> dict[str, Any]:
     columns = (TEMPERATURE, TOP_K, TOP_P) if vocab == TALKER_VOCAB else (PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P)
     knobs = torch.tensor([knob_row(TalkerSampling())] * batch, device="cuda")
-    logits, exps = inputs(vocab, batch, seed=vocab + batch)
+    logits, uniforms = inputs(vocab, batch, seed=vocab + batch)
     picker = _Picker.build(knobs, columns, "topk", kernel=False)  # the torch path
-    rows = RowKnobs.build(knobs[:, DO_SAMPLE] > 0, *(knobs[:, c] for c in columns), TOP_WIDTH)
+    rows = picker.knobs
+    assert rows is not None
     row: dict[str, Any] = {"vocab": vocab, "batch": batch,
-                           "same_codes": torch.equal(picker(logits, exps), pick_codes(logits, exps, rows))}
-    row["torch_us"] = graph_us(lambda: picker(logits, exps), args.calls, args.iters, args.repeats)
+                           "same_codes": torch.equal(picker(logits, uniforms), pick_triton(logits, uniforms, rows))}
+    row["torch_us"] = graph_us(lambda: picker(logits, uniforms), args.calls, args.iters, args.repeats)
     for w in warps:
-        row[f"triton_w{w}_us"] = graph_us(lambda: pick_codes(logits, exps, rows, num_warps=w), args.calls,
+        row[f"triton_w{w}_us"] = graph_us(lambda: pick_triton(logits, uniforms, rows, num_warps=w), args.calls,
                                           args.iters, args.repeats)  # fmt: skip
     best = min(warps, key=lambda w: row[f"triton_w{w}_us"])
     row["best_warps"], row["triton_us"] = best, row[f"triton_w{best}_us"]
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit("bench_pick needs a CUDA device")
     with torch.no_grad():
         cases = [bench_case(v, b, args.warps, args) for v in (TALKER_VOCAB, PREDICTOR_VOCAB) for b in args.batches]
-    result = {**provenance(), "width": TOP_WIDTH, "calls_per_graph": args.calls, "cases": cases,
+    result = {**provenance(), "width": WIDTH, "calls_per_graph": args.calls, "cases": cases,
               "frames": per_frame(cases)}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

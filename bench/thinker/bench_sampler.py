@@ -1,7 +1,7 @@
 """The thinker's sampler per decode step: launch_sample's host + device time on a real vocabulary's logits.
 
 Rows of the model's default sampling (temperature 0.7, top-k 20, top-p 0.8, seeded) draw among their top 64
-(`runtime/engine/sampler.py`, the narrow path); the same rows with top-k off sort the vocabulary (the full path);
+(`runtime/sampler/pick.py`, the narrow path); the same rows with top-k off sort the vocabulary (the full path);
 greedy rows take one argmax. Each call is timed to its tokens on the host, as the engine reads them:
 
     PYTHONPATH=.:protos python3 bench/thinker/bench_sampler.py --device cuda --out bench/results/sampler-h200.json
@@ -21,8 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from runtime.engine.sampler import RowGenerators, launch_sample  # noqa: E402
+from runtime.engine.sampler import launch_sample  # noqa: E402
 from runtime.engine.sampling_params import SamplingOptions  # noqa: E402
+from runtime.sampler.streams import RowGenerators  # noqa: E402
 
 KINDS = {
     "greedy": SamplingOptions(temperature=0.0),

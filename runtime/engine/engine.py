@@ -15,10 +15,11 @@ from typing import Protocol
 
 import torch
 
-from runtime.engine.sampler import PendingSample, RowGenerators, launch_sample
+from runtime.engine.sampler import PendingSample, launch_sample
 from runtime.engine.scheduler import PENDING_TOKEN, ScheduledBatch, Scheduler
 from runtime.engine.sequence import FinishReason, Sequence
 from runtime.engine.step_core import StepStats
+from runtime.sampler.streams import RowGenerators
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from runtime.attention import allocate_kv_cache
 from runtime.kernels import fused_add_rmsnorm, paged_attention
-from runtime.kernels._backend import triton_importable
 from runtime.kernels.activation import silu_mul
 from runtime.kernels.fused_moe import routed_moe
 from runtime.kernels.rmsnorm import fused_add_rmsnorm_router, qk_norm_rope_cache
@@ -35,22 +34,20 @@ from services.talker.model.fused import AttentionWeights, SharedExpertWeights, p
 from services.talker.model.kv import KVPool
 from services.talker.model.layers import rope_cos_sin
 from services.talker.model.load import TalkerModel
-from services.talker.model.sampling import (
-    TalkerSampling, TopKnobs, draw_among_top, exponentials, penalize, race, warp,
-)
-
-if TYPE_CHECKING:
-    from services.talker.model.pick_triton import RowKnobs
+from runtime.sampler.knobs import WIDTH, RowKnobs
+from runtime.sampler.penalty import penalize
+from runtime.sampler.pick import pick
+from runtime.sampler.rules import filter_logits, race
+from services.talker.model.sampling import TalkerSampling
 
 # Columns of FrameInputs.knobs, one row per batch row.
 DO_SAMPLE, TEMPERATURE, TOP_K, TOP_P, PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P, PENALTY = range(8)
 NUM_KNOBS = 8
 
-# How a frame picks codes: every row greedy (no sampling kernels), sampling among the TOP_WIDTH best scores
-# (every sampling row has top_k in 1..TOP_WIDTH: the model's default 50), or sampling over the whole vocabulary.
+# How a frame picks codes: every row greedy (no sampling kernels), sampling among the sampler's WIDTH best scores
+# (every sampling row has top_k in 1..WIDTH: the model's default 50), or sampling over the whole vocabulary.
 Mode = Literal["greedy", "topk", "full"]
 MODES: tuple[Mode, ...] = ("greedy", "topk", "full")
-TOP_WIDTH = 64
 PREDICTOR_BLOCK = 32  # code-predictor positions a row may use in one frame (talker state + 16 codebooks = 17)
 # Up to this many rows, the GEMMs that cuBLAS serves worst at few rows take the skinny GEMM (runtime/kernels/
 # skinny_gemm.py): o_proj (1024 outputs) 12.8 us in cuBLAS at one row on the H200, 7.2 padded to 8 rows, 5.1 skinny;
@@ -65,7 +62,7 @@ def frame_mode(samplings: Iterable[TalkerSampling]) -> Mode:
     drawing = [s for s in samplings if s.do_sample]
     if not drawing:
         return "greedy"
-    narrow = all(1 <= k <= TOP_WIDTH for s in drawing for k in (s.top_k, s.predictor_top_k))
+    narrow = all(1 <= k <= WIDTH for s in drawing for k in (s.top_k, s.predictor_top_k))
     return "topk" if narrow else "full"
 
 
@@ -154,51 +151,37 @@ class _BatchPlan:
 
 @dataclass(frozen=True)
 class _Picker:
-    """How a frame picks one code per row from `(B, V)` logits, the rows' settings prepared once per frame."""
+    """How a frame picks one code per row from `(B, V)` logits, the rows' settings prepared once per frame (the 15
+    predictor codebooks share them)."""
 
     sample: torch.Tensor | None  # (B,) bool: rows that draw (None: a greedy frame); the others take the argmax
-    top: TopKnobs | None  # "topk" mode
+    knobs: RowKnobs | None  # "topk" mode: the runtime sampler's pick (one kernel launch on CUDA)
     full: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # "full" mode: temperature, top_k, top_p
-    # "topk" mode on CUDA: the settings as the one-launch pick kernel reads them (pick_triton), instead of `top`'s
-    # ~15 launches a codebook (a vocabulary top-k, softmaxes, a cumsum, gathers): 12 + 15 x 9 us a frame at one
-    # row on the H200 against 61 + 15 x 51 (bench_pick.py, results/2026-11-30-talker-pick-h200.json)
-    rows: RowKnobs | None = None
+    kernel: bool | None = None  # "topk" mode through the pick kernel: None where it runs; False the torch reference
 
     @classmethod
     def build(cls, knobs: torch.Tensor, columns: tuple[int, int, int], mode: Mode, kernel: bool | None = None
               ) -> _Picker:  # fmt: skip
-        """`kernel`: "topk" mode through the pick kernel (None: where it runs, on CUDA with triton; False: the torch
-        path it replaces, which the tests compare it with)."""
         if mode == "greedy":
             return cls(None, None, None)
         temperature, top_k, top_p = (knobs[:, c] for c in columns)
         sample = knobs[:, DO_SAMPLE] > 0
-        if kernel is None:
-            kernel = knobs.is_cuda and triton_importable()
         if mode == "topk":
-            if kernel:
-                from services.talker.model.pick_triton import RowKnobs  # imports triton
-
-                return cls(sample, None, None, RowKnobs.build(sample, temperature, top_k, top_p, TOP_WIDTH))
-            return cls(sample, TopKnobs.build(temperature, top_k, top_p, TOP_WIDTH), None)
+            return cls(sample, RowKnobs.build(sample, temperature, top_k, top_p), None, kernel)
         return cls(sample, None, (temperature, top_k.long(), top_p))
 
-    def __call__(self, logits: torch.Tensor, exps: torch.Tensor | None) -> torch.Tensor:
-        """argmax for greedy rows; temperature/top-k/top-p then the seeded exponential race for sampling rows."""
-        if self.rows is not None:
-            from services.talker.model.pick_triton import pick_codes
-
-            return pick_codes(logits, exps, self.rows)
-        greedy = logits.argmax(dim=-1)
+    def __call__(self, logits: torch.Tensor, uniforms: torch.Tensor | None) -> torch.Tensor:
+        """argmax for greedy rows; temperature/top-k/top-p then the seeded exponential race for sampling rows, from
+        the rows' uniforms `(B, V)` by vocabulary id."""
         if self.sample is None:
-            return greedy
-        assert exps is not None
-        if self.top is not None:
-            drawn = draw_among_top(logits, self.top, exps)
-        else:
-            assert self.full is not None
-            drawn = race(warp(logits, *self.full), exps)
-        return torch.where(self.sample, drawn, greedy)
+            return logits.argmax(dim=-1)
+        assert uniforms is not None
+        if self.knobs is not None:
+            return pick(logits, uniforms, self.knobs, self.kernel)
+        assert self.full is not None
+        temperature, top_k, top_p = self.full
+        drawn = race(filter_logits(logits / temperature[:, None], top_k, top_p), uniforms)
+        return torch.where(self.sample, drawn, logits.argmax(dim=-1))
 
 
 class FrameStep:
@@ -236,8 +219,8 @@ class FrameStep:
         logits = model.lm.codec_head(hidden).float()
         logits = penalize(logits, tables.seen[slots], knobs[:, PENALTY])
         logits = logits.masked_fill(self.suppress, float("-inf"))
-        pick = _Picker.build(knobs, (TEMPERATURE, TOP_K, TOP_P), mode)
-        next_code0 = pick(logits, None if mode == "greedy" else exponentials(inp.talker_noise))
+        picker = _Picker.build(knobs, (TEMPERATURE, TOP_K, TOP_P), mode)
+        next_code0 = picker(logits, None if mode == "greedy" else inp.talker_noise)
         tables.seen.index_put_((slots, next_code0), plan.seen_marks)
         tables.code0.index_copy_(0, slots, next_code0)
         tables.hidden.index_copy_(0, slots, hidden)
@@ -275,14 +258,13 @@ class FrameStep:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Codebooks 1..G-1 `(B, G-1)` and the sum of the frame's G embeddings `(B, hidden)` (CodePredictor.predict)."""
         predictor = self.model.predictor
-        pick = _Picker.build(knobs, (PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P), mode)
-        exps = None if mode == "greedy" else exponentials(noise)  # every codebook's at once
+        picker = _Picker.build(knobs, (PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P), mode)
         x = torch.stack((past, code0_embed), dim=1)  # (B, 2, hidden): position 0 the talker state, 1 code 0
         embeds, codes = [code0_embed], []
         for g, step in enumerate(plan.predictor, start=1):
             last = self._predictor_forward(x, step, plan.predictor_tables)
             logits = predictor.lm_head[g - 1](last).float()
-            code = pick(logits, None if exps is None else exps[:, g - 1])
+            code = picker(logits, None if mode == "greedy" else noise[:, g - 1])
             codes.append(code)
             embeds.append(predictor.codec_embedding[g - 1](code))
             x = embeds[-1][:, None]

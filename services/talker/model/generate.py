@@ -10,13 +10,16 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from runtime.errors import OmniError
+from runtime.sampler.penalty import penalize
+from runtime.sampler.rules import filter_logits, race
+from runtime.sampler.streams import seeded_generator
 from services.talker.model.frame_graphs import FrameGraphs, batch_buckets
 from services.talker.model.frame_staging import FrameStaging
 from services.talker.model.frame_step import FrameStep, SlotTables
 from services.talker.model.load import TalkerModel
 from services.talker.model.prefill_graphs import PrefillGraphs
 from services.talker.model.prompt import Prefill, SpeechPrompt, build_prefill, trailing_text
-from services.talker.model.sampling import GREEDY, TalkerSampling, draw, penalize, top2_margin, warp
+from services.talker.model.sampling import GREEDY, TalkerSampling, top2_margin
 from services.talker.model.state import TalkerState
 
 __all__ = ["RowStart", "TalkerRunner", "TalkerState"]
@@ -136,8 +139,8 @@ class TalkerRunner:
         model, tok = self.model, self.model.cfg.tokens
         generator = None
         if req.sampling.do_sample:
-            generator = torch.Generator(device=model.device)
-            generator.manual_seed(req.sampling.seed if req.sampling.seed is not None else secrets.randbits(63))
+            generator = seeded_generator(req.sampling.seed if req.sampling.seed is not None else secrets.randbits(63),
+                                         model.device)
         state = TalkerState(
             req.request_id, req.sampling, req.max_frames, req.thinker_eos or frozenset({model.cfg.thinker_eos}),
             tok.tts_eos, tok.tts_pad, generator,
@@ -401,5 +404,5 @@ class TalkerRunner:
             return greedy
         dev = logits.device
         temperature, top_k, top_p = (torch.tensor(col, device=dev) for col in zip(*knobs))
-        drawn = draw(warp(logits, temperature.float(), top_k.long(), top_p.float()), noise)
+        drawn = race(filter_logits(logits / temperature.float()[:, None], top_k, top_p), noise)
         return torch.where(torch.tensor(sample, device=dev), drawn, greedy)

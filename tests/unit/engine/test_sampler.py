@@ -1,4 +1,5 @@
-"""Sampler: greedy, top-k/top-p/min-p masks, penalties, per-row seeded streams, logprobs."""
+"""The thinker's sampler: greedy, the masks through launch_sample, penalties, per-row seeded streams, logprobs (the
+masks' rules themselves: tests/unit/sampler)."""
 from __future__ import annotations
 
 import math
@@ -6,20 +7,16 @@ import math
 import pytest
 import torch
 
-from runtime.engine.sampler import (MAX_TOP_LOGPROBS, NARROW_TOP_K, RowGenerators, _filter, _mask_sorted,
-                                     apply_penalties, sample)
+from runtime.engine.sampler import MAX_TOP_LOGPROBS, apply_penalties, sample
 from runtime.engine.sampling_params import SamplingOptions
+from runtime.sampler.knobs import WIDTH
+from runtime.sampler.rules import filter_logits
 
 V = 32
 
 
 def logits_for(probs: list[float]) -> torch.Tensor:
     return torch.tensor([probs]).log()
-
-
-def kept(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> list[int]:
-    out = _filter(logits, torch.tensor([top_k]), torch.tensor([top_p]), torch.tensor([min_p]))
-    return torch.nonzero(torch.isfinite(out[0])).flatten().tolist()
 
 
 def gens(seeds: list[int]) -> list[torch.Generator]:
@@ -72,46 +69,16 @@ def test_top_k_one_equals_greedy(seed: int) -> None:
     assert res.token_ids == logits.argmax(-1).tolist()
 
 
-def test_top_k_keeps_the_k_most_likely() -> None:
-    logits = logits_for([0.1, 0.4, 0.2, 0.3])
-    assert kept(logits, top_k=2) == [1, 3]
-    assert kept(logits, top_k=0) == [0, 1, 2, 3]
-    assert kept(logits, top_k=10) == [0, 1, 2, 3]
 
 
-def test_top_p_keeps_the_smallest_prefix_reaching_p() -> None:
-    logits = logits_for([0.05, 0.5, 0.15, 0.3])
-    assert kept(logits, top_p=0.8) == [1, 3]  # 0.5 + 0.3 reaches 0.8: the 0.15 token is out
-    assert kept(logits, top_p=0.81) == [1, 2, 3]
-    assert kept(logits, top_p=0.5) == [1]
-    assert kept(logits, top_p=1e-6) == [1]  # the most likely token always survives
 
 
-def test_top_p_one_keeps_every_token_even_the_unlikely() -> None:
-    # float32 cumsum hits 1.0 before the tail: top_p=1 must still mean "off".
-    logits = torch.tensor([[0.0, -20.0, -20.0, -25.0, -30.0]])
-    assert kept(logits, top_p=1.0) == [0, 1, 2, 3, 4]
 
 
-def test_min_p_drops_tokens_below_a_share_of_the_top() -> None:
-    logits = logits_for([0.05, 0.5, 0.15, 0.3])
-    assert kept(logits, min_p=0.2) == [1, 2, 3]  # threshold 0.1
-    assert kept(logits, min_p=0.35) == [1, 3]  # threshold 0.175
-    assert kept(logits, min_p=1.0) == [1]
 
 
-def test_masks_are_per_row() -> None:
-    logits = torch.cat([logits_for([0.1, 0.4, 0.2, 0.3])] * 3)
-    out = _filter(logits, torch.tensor([1, 0, 0]), torch.tensor([1.0, 0.6, 1.0]), torch.tensor([0.0, 0.0, 0.6]))
-    assert torch.isfinite(out).tolist() == [[False, True, False, False], [False, True, False, True],
-                                            [False, True, False, True]]
 
 
-def test_kept_logits_keep_their_values() -> None:
-    logits = random_logits(1)
-    out = _filter(logits, torch.tensor([5]), torch.tensor([1.0]), torch.tensor([0.0]))
-    finite = torch.isfinite(out)
-    assert finite.sum() == 5 and torch.equal(out[finite], logits[finite])
 
 
 def test_sampled_tokens_stay_inside_the_mask() -> None:
@@ -143,11 +110,6 @@ def test_temperature_sharpens_and_flattens() -> None:
     assert share_of_top(100.0) == pytest.approx(0.5, abs=0.06)
 
 
-def test_top_p_applies_to_the_top_k_renormalised_distribution() -> None:
-    # top_k=2 keeps {0.4, 0.3}; renormalised 0.571 + 0.429: top_p=0.5 keeps only the first.
-    logits = logits_for([0.4, 0.3, 0.2, 0.1])
-    # On the full distribution 0.4 < 0.5, so the code keeps the second as well.
-    assert kept(logits, top_k=2, top_p=0.5) == [0]
 
 
 # --- penalties ----------------------------------------------------------------------------------------------------
@@ -250,16 +212,6 @@ def test_different_seeds_give_different_streams() -> None:
     assert len(set(a)) > 5
 
 
-def test_row_generators_keep_one_stream_per_sequence() -> None:
-    gens_ = RowGenerators(torch.device("cpu"))
-    g1 = gens_.get(1, seed=5)
-    assert gens_.get(1, seed=999) is g1  # the seed only matters on first use
-    fresh = torch.Generator().manual_seed(5)
-    assert torch.equal(g1.get_state(), fresh.get_state())
-    assert gens_.get(2, seed=5) is not g1
-    gens_.drop(1)
-    gens_.drop(1)  # twice is fine
-    assert gens_.get(1, seed=6) is not g1
 
 
 # --- logprobs -----------------------------------------------------------------------------------------------------
@@ -268,7 +220,7 @@ def test_logprobs_of_a_sampled_row_are_under_the_filtered_scaled_distribution() 
     logits = random_logits(1, seed=4)
     opts = SamplingOptions(temperature=0.5, top_k=6, logprobs=True, top_logprobs=4)
     res = sample(logits, [opts], gens([0]), [[]], [[]])
-    ref = torch.log_softmax(_filter(logits / 0.5, torch.tensor([6]), torch.tensor([1.0]), torch.tensor([0.0])), -1)
+    ref = torch.log_softmax(filter_logits(logits / 0.5, torch.tensor([6]), torch.tensor([1.0])), -1)
     tok = res.token_ids[0]
     assert math.isfinite(res.logprobs[0])
     assert res.logprobs[0] == pytest.approx(ref[0, tok].item(), abs=1e-6)
@@ -309,19 +261,20 @@ def test_an_empty_batch_samples_nothing() -> None:
     assert res.token_ids == [] and res.logprobs is None and res.top_ids is None
 
 
-# --- the narrow path: rows whose top-k keeps at most NARROW_TOP_K tokens ------------------------------------------
+# --- the narrow path: rows whose top-k keeps at most WIDTH tokens ------------------------------------------------
 
-def test_narrow_rows_keep_what_the_full_filter_keeps() -> None:
-    """The narrow path masks a top-k of the vocabulary; the full one a sort of it: the same tokens survive."""
-    vocab = 1000
-    logits = torch.randn(6, vocab, generator=torch.Generator().manual_seed(3)) * 3
-    knobs = [(1, 1.0, 0.0), (20, 0.8, 0.0), (20, 1.0, 0.05), (64, 0.9, 0.0), (5, 0.5, 0.1), (64, 1.0, 0.0)]
-    top_k, top_p, min_p = (torch.tensor(col) for col in zip(*knobs))
-    full = torch.isfinite(_filter(logits, top_k, top_p, min_p))
-    values, ids = torch.topk(logits, NARROW_TOP_K, dim=-1)
-    narrow = torch.isfinite(_mask_sorted(values, top_k, top_p, min_p))
-    for row in range(len(knobs)):
-        assert set(ids[row][narrow[row]].tolist()) == set(torch.nonzero(full[row]).flatten().tolist())
+def test_a_narrow_row_draws_what_the_sort_of_the_vocabulary_draws() -> None:
+    """The same options with logprobs take the sort of the vocabulary instead: each row's stream gives one uniform
+    per vocabulary id on either path, so the same seeds give the same tokens."""
+    logits = random_logits(6, seed=3) / 3
+    knobs = [(1, 1.0, 0.0), (20, 0.8, 0.0), (20, 1.0, 0.05), (WIDTH, 0.9, 0.0), (5, 0.5, 0.1), (WIDTH, 1.0, 0.0)]
+    narrow = [SamplingOptions(temperature=0.8, top_k=k, top_p=p, min_p=m) for k, p, m in knobs]
+    wide = [SamplingOptions(temperature=0.8, top_k=k, top_p=p, min_p=m, logprobs=True) for k, p, m in knobs]
+    for seed in range(4):
+        seeds = [seed * 10 + i for i in range(6)]
+        got = sample(logits, narrow, gens(seeds), [[]] * 6, [[]] * 6).token_ids
+        assert got == sample(logits, wide, gens(seeds), [[]] * 6, [[]] * 6).token_ids
+
 
 
 def test_narrow_rows_follow_the_renormalised_top_k() -> None:
@@ -352,9 +305,10 @@ def test_a_narrow_seed_gives_the_same_tokens_alone_or_batched_with_every_kind_of
 
 
 def test_unseeded_narrow_rows_draw_from_the_global_stream() -> None:
-    logits = torch.zeros(200, V)
+    logits = torch.full((200, V), -30.0)
+    logits[:, 8:16] = 0.0  # 8 equally likely favourites (a flat row would keep all: ties with the 8th stay)
     res = sample(logits, [SamplingOptions(temperature=1.0, top_k=8)] * 200, [None] * 200, [[]] * 200, [[]] * 200)
-    assert len(set(res.token_ids)) == 8  # every one of the 8 kept, equally likely tokens comes up
+    assert set(res.token_ids) == set(range(8, 16))  # every one of the 8 kept tokens comes up
 
 
 def test_a_narrow_draw_follows_the_token_not_its_rank_among_ties(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -364,12 +318,12 @@ def test_a_narrow_draw_follows_the_token_not_its_rank_among_ties(monkeypatch: py
     logits[0, [3, 9, 17, 25]] = 1.0  # four tied favourites
     opts = [SamplingOptions(temperature=1.0, top_k=4)]
     in_order = [sample(logits, opts, gens([seed]), [[]], [[]]).token_ids[0] for seed in range(8)]
-    topk = torch.topk
+    topk = torch.Tensor.topk
 
     def ties_reversed(x: torch.Tensor, k: int, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
         values, ids = topk(x, k, dim=dim)
         return values, torch.cat([ids[:, :4].flip(1), ids[:, 4:]], dim=1)  # the four tied ones the other way round
 
-    monkeypatch.setattr(torch, "topk", ties_reversed)
+    monkeypatch.setattr(torch.Tensor, "topk", ties_reversed)
     reversed_ties = [sample(logits, opts, gens([seed]), [[]], [[]]).token_ids[0] for seed in range(8)]
     assert reversed_ties == in_order and len(set(in_order)) > 1
