@@ -19,8 +19,9 @@ from runtime.attention import build_attention_context
 from services.thinker.model.hybrid_lm import HybridLM
 from services.thinker.model.linear_state import LinearStateCache, build_state_context
 
-# each entry is one step's row lengths (1: a decode row)
-WARMUP_STEPS: tuple[tuple[int, ...], ...] = ((16,), (17,), (1, 32, 17), (1, 1, 48, 1))
+# each entry is one step's row lengths (1: a decode row); the long rows reach the fused MoE's larger tile configs,
+# which it picks by tokens per expert (runtime/kernels/moe_config.py)
+WARMUP_STEPS: tuple[tuple[int, ...], ...] = ((16,), (17,), (1, 32, 17), (1, 1, 48, 1), (1024,), (4096,))
 
 
 @torch.inference_mode()
