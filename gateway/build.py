@@ -45,7 +45,8 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
                            gw.thinker_resolve_s)
     await router.start()
     thinker = ThinkerClient(router, server.metrics)
-    media = build_media_pipeline(mesh, model_dir, server, dial)
+    checkpoint = read_family(model_dir)
+    media = build_media_pipeline(mesh, model_dir, checkpoint.thinker, server, dial)
     talker = None
     if mesh.talker.enabled and mesh.talker.address:
         talker = TalkerClient(dial(mesh.talker.address), server.metrics)
@@ -53,7 +54,6 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
     service = OmniService(prompts, thinker, media, talker, server.metrics, mesh.gateway.stage_timeout_s,
                           ReasoningMarkers.of(prompts.tokenizer, prompts.template))
     served_inputs = media.served_inputs
-    checkpoint = read_family(model_dir)
     family = checkpoint.family
     info = omni_pb2.OmniInfo(
         gateway=common_pb2.StageInfo(stage="gateway", replica=server.replica, model=mesh.model, build=build_string()),
@@ -67,9 +67,10 @@ async def build_gateway(mesh: MeshConfig, model_dir: Path, server: StageServer,
     return lambda: None
 
 
-def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer,
+def build_media_pipeline(mesh: MeshConfig, model_dir: Path, thinker_config: dict, server: StageServer,
                          dial: Callable[[str], grpc.aio.Channel]) -> MediaPipeline:
-    """Media input is served once its encoder stage is enabled and has an address to route to."""
+    """Media input is served once its encoder stage is enabled and has an address to route to. thinker_config: the
+    checkpoint's thinker section (runtime.checkpoint.family.read_family)."""
     gw = mesh.gateway
     vision = audio = vision_cfg = None
     if mesh.vision.enabled and mesh.vision.address:
@@ -79,7 +80,7 @@ def build_media_pipeline(mesh: MeshConfig, model_dir: Path, server: StageServer,
                              video_fps=gw.video_fps)
     if mesh.audio.enabled and mesh.audio.address:
         audio = AudioClient(dial(mesh.audio.address), server.metrics)
-    vision_config = read_family(model_dir).thinker.get("vision_config") or {}
+    vision_config = thinker_config.get("vision_config") or {}
     num_deepstack = len(vision_config.get("deepstack_visual_indexes", []))
     return MediaPipeline(vision_cfg, vision, num_deepstack, audio, gw.max_audio_seconds, gw.max_media_bytes,
                          audio_min_samples(model_dir))
