@@ -1,10 +1,6 @@
 """A Qwen3-ASR checkpoint at the released 1.7B dims (docs/model-dims.md) with random weights, for the
 Transcribe benchmark: the demo checkpoint's layout, tokenizer and processor files, its config widened to the real
-dims, and transformers' own init written as one bf16 safetensors file.
-
-Why transformers' init and not the demo's (runtime/checkpoint/demo_init.py): the demo draws every tensor on the CPU
-in fp32 from one generator so parity tests see every block; a throughput run needs none of that, and drawing ~2.0 B
-parameters that way takes minutes, where building the model on the GPU in bf16 takes seconds.
+dims, and transformers' own init written as one bf16 safetensors file (bench/random_weights.py says why).
 """
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ from typing import Any
 
 import torch
 
-from runtime.checkpoint.asr.demo import WEIGHTS_FILE
+from bench.random_weights import write_random_weights
 from runtime.checkpoint.asr.demo_config import demo_config, generation_config
 from runtime.checkpoint.tokenizer_files import write_json
 
@@ -43,23 +39,10 @@ def dims_of(config: dict[str, Any]) -> dict[str, Any]:
             "decoder": {k: text[k] for k in TEXT_DIMS}}
 
 
-def _finite(model: torch.nn.Module, seed: int) -> int:
-    """Redraws any parameter the init left non-finite (a tensor a class leaves `torch.empty` holds whatever memory
-    it got); -> how many were redrawn."""
-    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
-    redrawn = 0
-    with torch.no_grad():
-        for p in model.parameters():
-            if not torch.isfinite(p).all():
-                p.normal_(0.0, 0.02, generator=gen)
-                redrawn += 1
-    return redrawn
-
-
 def build_random_checkpoint(out_dir: Path, template_dir: Path, device: torch.device, dtype: torch.dtype,
                             seed: int = 0) -> Path:
-    """Writes config.json, generation_config.json, model.safetensors and the template dir's tokenizer and
-    processor files into `out_dir` (created); -> out_dir. The model is built on `device` (the GPU: seconds)."""
+    """Writes config.json, generation_config.json, the weights and the template dir's tokenizer and processor files
+    into `out_dir` (created); -> out_dir. The model is built on `device` (the GPU: seconds)."""
     from transformers import Qwen3ASRConfig, Qwen3ASRForConditionalGeneration
 
     out_dir = Path(out_dir)
@@ -68,21 +51,8 @@ def build_random_checkpoint(out_dir: Path, template_dir: Path, device: torch.dev
         shutil.copyfile(template_dir / name, out_dir / name)
     write_json(out_dir / "config.json", real_config())
     write_json(out_dir / "generation_config.json", generation_config())
-    config = Qwen3ASRConfig.from_pretrained(out_dir)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        try:
-            model = Qwen3ASRForConditionalGeneration._from_config(config, dtype=dtype).eval()
-        except TypeError:  # transformers before 4.56 names it torch_dtype
-            model = Qwen3ASRForConditionalGeneration._from_config(config, torch_dtype=dtype).eval()
-    _finite(model, seed)
-    # save_pretrained rewrites config.json in its own spelling: keep ours (what the demo path writes and loads)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        model.save_pretrained(tmp, max_shard_size="100GB")
-        shutil.move(str(Path(tmp) / WEIGHTS_FILE), out_dir / WEIGHTS_FILE)
-    del model
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    write_random_weights(out_dir, Qwen3ASRForConditionalGeneration, Qwen3ASRConfig, device, dtype, seed,
+                         max_shard_size="100GB")  # one file, as the demo checkpoint's
     return out_dir
 
 

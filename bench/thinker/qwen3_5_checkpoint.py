@@ -19,6 +19,7 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
+from bench.random_weights import write_random_weights  # noqa: E402
 from bench.thinker.lm_families import FAMILIES  # noqa: E402
 from runtime.checkpoint.qwen3_5.demo import write_tokenizer_files  # noqa: E402
 from runtime.checkpoint.qwen3_5.demo_config import generation_config  # noqa: E402
@@ -37,13 +38,8 @@ def write_random_qwen3_5(out_dir: Path, moe: bool, tiny: bool, device: torch.dev
     write_json(out_dir / "config.json", family.root)
     write_json(out_dir / "generation_config.json", generation_config())
     prefix = "Qwen3_5Moe" if moe else "Qwen3_5"
-    config = getattr(transformers, f"{prefix}Config").from_pretrained(out_dir)
-    with torch.device(device):
-        model = getattr(transformers, f"{prefix}ForConditionalGeneration")._from_config(config, dtype=dtype)
-    model.save_pretrained(out_dir, max_shard_size="5GB")
-    params = sum(p.numel() for p in model.parameters())
-    del model
-    (out_dir / "config.json").write_text(json.dumps(family.root, indent=1))  # ours, not transformers' re-save
+    params = write_random_weights(out_dir, getattr(transformers, f"{prefix}ForConditionalGeneration"),
+                                  getattr(transformers, f"{prefix}Config"), device, dtype)
     write_tokenizer_files(out_dir)
     write_processor_files(out_dir)
     return {"dir": str(out_dir), "family": family.name, "parameters": params, "dtype": str(dtype),
