@@ -147,9 +147,13 @@ class EncoderConfig:
     max_request_size: StrictInt = Field(262144, ge=1)  # per Encode call: 65,536 vision tokens, the thinker's context
     # how long a forward waits for more items once its first item is queued
     batch_wait_ms: StrictFloat = Field(5.0, ge=0, description="0: no waiting")
-    # work accepted and not finished (read, queued, computing) past which new requests get RESOURCE_EXHAUSTED: two
-    # whole requests; vision's ~616 MB of frames (60 s, 2 fps, 448x448 videos: ~11), audio's ~87 min of samples
+    # work accepted and not finished (read, queued, computing) past which new requests wait their turn, their
+    # payload unread (it stays with the gateway): two whole requests; vision's ~616 MB of frames (60 s, 2 fps,
+    # 448x448 videos: ~11), audio's ~87 min of samples
     max_pending_size: StrictInt = Field(524288, ge=1)
+    # requests waiting for max_pending_size past which new ones get RESOURCE_EXHAUSTED (with a RetryInfo). A waiting
+    # request costs the stage only its `start` message, and the gateways' own media budgets bound what they send
+    max_waiting: StrictInt = Field(256, ge=0, description="0: no queue, refuse at once")
 
     def __post_init__(self) -> None:
         check(self.max_pending_size >= self.max_request_size, "max_pending_size", self.max_pending_size,

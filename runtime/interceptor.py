@@ -67,19 +67,29 @@ async def _abort(context: grpc.aio.ServicerContext, err: OmniError) -> None:
     await context.abort_with_status(rpc_status.to_status(to_rpc_status(err)))
 
 
-# How long a refused request stream is still read before the refusal is sent (see _drain).
+# A refused request stream is still read before the refusal is sent (see _drain): for as long as its client keeps
+# sending, up to REFUSED_STREAM_DRAIN_MAX_S, and no longer than REFUSED_STREAM_DRAIN_S after the last message came.
 REFUSED_STREAM_DRAIN_S = 1.0
+REFUSED_STREAM_DRAIN_MAX_S = 60.0
 
 
 async def _drain(requests: Any) -> None:
-    """Reads, for at most REFUSED_STREAM_DRAIN_S, what a refused client is still sending. A client whose write
-    meets a stream the server already closed gets grpc's own INTERNAL ("Internal error from Core") in place of
-    our status; once it has written everything and half-closed, it reads the real status. Ends at once when the
-    handler had read the stream to its end."""
+    """Reads and drops what a refused client is still sending. A client whose write meets a stream the server
+    already closed gets grpc's own INTERNAL ("Internal error from Core") in place of our status; once it has
+    written everything and half-closed, it reads the real status. A gateway relaying a 145 MB video to a busy stage
+    writes for seconds: a fixed 1 s cut it off mid-stream (issue 18), so the drain lasts while messages keep coming
+    and gives up REFUSED_STREAM_DRAIN_S after the last one (a client that stopped without half-closing), or at
+    REFUSED_STREAM_DRAIN_MAX_S in all. Ends at once when the handler had read the stream to its end."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + REFUSED_STREAM_DRAIN_MAX_S
+    iterator = aiter(requests)
     try:
-        async with asyncio.timeout(REFUSED_STREAM_DRAIN_S):
-            async for _ in requests:
-                pass
+        while True:
+            idle_s = min(REFUSED_STREAM_DRAIN_S, give_up - loop.time())
+            if idle_s <= 0:
+                return
+            async with asyncio.timeout(idle_s):
+                await anext(iterator)
     except (TimeoutError, grpc.RpcError, asyncio.InvalidStateError, StopAsyncIteration):
         pass
 

@@ -5,6 +5,8 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 import torch
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from omnimesh.v1 import common_pb2
 from runtime.errors import (Cancelled, DeadlineExceeded, InvalidArgument, OmniError, ResourceExhausted, StageFault,
@@ -17,8 +19,8 @@ def stage_error(stage: str, err: grpc.aio.AioRpcError) -> OmniError:
     detail = err.details() or code.name
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidArgument(f"{stage}", detail)
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return ResourceExhausted(f"{stage} is at capacity: {detail}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:  # the stage's RetryInfo passes on; none: a retry cannot help
+        return ResourceExhausted(f"{stage} is at capacity: {detail}", retry_after_s=_retry_delay(err))
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(f"deadline passed while waiting for {stage}")
     if code == grpc.StatusCode.CANCELLED:
@@ -26,6 +28,21 @@ def stage_error(stage: str, err: grpc.aio.AioRpcError) -> OmniError:
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return Unimplemented(f"{stage}: {detail}")
     return Unavailable(f"{stage} stage failed ({code.name}): {detail}", stage=stage)
+
+
+def _retry_delay(err: grpc.aio.AioRpcError) -> float | None:
+    """The delay of the RetryInfo in a stage's status details, if it sent one. A stage's own refusals carry one when
+    a retry can succeed (load); grpc's (a message over a size limit) and over-limit requests carry none."""
+    try:
+        status = rpc_status.from_call(err)
+    except ValueError:  # details whose code disagrees with the call's: not a status we can trust
+        return None
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return info.retry_delay.ToTimedelta().total_seconds()
+    return None
 
 
 def add_stage_chunk(assembler: TensorAssembler, chunk: common_pb2.Tensor, stage: str

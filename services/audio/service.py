@@ -68,7 +68,8 @@ class AudioService:
         mel = extractor.config
         self.limits = AudioLimits(mel.min_samples, cfg.max_request_size, cfg.max_batch_size, mel.hop_length,
                                   mel.sampling_rate)
-        self.pending = WorkBudget("audio", "mel frames", cfg.max_pending_size, "audio.encoder.max_pending_size")
+        self.pending = WorkBudget("audio", "mel frames", cfg.max_pending_size, "audio.encoder.max_pending_size",
+                                  cfg.max_waiting, "audio.encoder.max_waiting")
         self.batcher: EncodeBatcher[torch.Tensor, torch.Tensor] = EncodeBatcher(
             self._forward, size_of=lambda clip: mel.num_frames(clip.shape[0]),
             max_batch_size=cfg.max_batch_size, max_wait_s=cfg.batch_wait_ms / 1000,

@@ -20,7 +20,8 @@ class AudioServicer(audio_pb2_grpc.AudioServicer):
                      context: grpc.aio.ServicerContext) -> AsyncIterator[audio_pb2.AudioResponse]:
         head = await read_start(request_iterator, self._service.limits)
         request_id_var.set(head.request_id or "-")
-        with self._service.pending.hold(head.frames):  # before the samples are read: they are most of the bytes
+        # admitted (or queued for its turn) before the samples are read: they are most of the bytes
+        async with self._service.pending.queued(head.frames):
             inp = await read_clips(request_iterator, head)
             async for out in self._service.encode(inp):
                 for msg in to_pb(out):

@@ -44,7 +44,8 @@ class VisionService:
         self.metrics = metrics
         self.max_batch_patches = cfg.max_batch_size
         self.max_request_patches = cfg.max_request_size
-        self.pending = WorkBudget("vision", "patches", cfg.max_pending_size, "vision.encoder.max_pending_size")
+        self.pending = WorkBudget("vision", "patches", cfg.max_pending_size, "vision.encoder.max_pending_size",
+                                  cfg.max_waiting, "vision.encoder.max_waiting")
         self.batcher: EncodeBatcher[MediaFrames, VisionOutput] = EncodeBatcher(
             self._forward, size_of=lambda item: encoder.grid_of(item).num_patches,
             max_batch_size=cfg.max_batch_size, max_wait_s=cfg.batch_wait_ms / 1000,

@@ -20,7 +20,9 @@ class VisionServicer(vision_pb2_grpc.VisionServicer):
                      context: grpc.aio.ServicerContext) -> AsyncIterator[vision_pb2.VisionResponse]:
         head = await read_start(request_iterator, self._service.processing, self._service.max_request_patches)
         request_id_var.set(head.request_id or "-")
-        with self._service.pending.hold(head.num_patches):  # before the frames are read: they are most of the bytes
+        # Admitted (or queued for its turn) before the frames are read: they are most of the bytes, and a waiting
+        # request's frames stay with the gateway, held back by flow control.
+        async with self._service.pending.queued(head.num_patches):
             inp = await read_items(request_iterator, head)
             async for out in self._service.encode(inp):
                 for msg in to_pb(out):

@@ -16,7 +16,9 @@ from tests.integration.mesh_process import start_stage
 
 def test_a_request_past_the_pending_limit_is_resource_exhausted(demo_ckpt: Path, tmp_path: Path) -> None:
     # 10 s of audio = 1,000 mel frames: the request limit and the pending limit, so one open request fills the stage
-    mesh = {"audio": {"encoder": {"max_batch_size": 1000, "max_request_size": 1000, "max_pending_size": 1000}}}
+    # no queue (max_waiting 0): a request past the limit is refused at once instead of waiting its turn
+    mesh = {"audio": {"encoder": {"max_batch_size": 1000, "max_request_size": 1000, "max_pending_size": 1000,
+                                  "max_waiting": 0}}}
     stage = start_stage("audio", demo_ckpt, mesh, tmp_path)
     addr = f"127.0.0.1:{stage.ports['grpc_port']}"
 

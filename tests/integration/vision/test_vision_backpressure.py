@@ -1,5 +1,6 @@
 """The vision stage admits a request on its `start` message against the work it already holds: past
-`max_pending_size` patches a new request is RESOURCE_EXHAUSTED with a RetryInfo before any of its frames is read;
+`max_pending_size` patches (and `max_waiting` requests waiting, here none) a new request is RESOURCE_EXHAUSTED with
+a RetryInfo before any of its frames is read;
 the held work is released when a request ends (finished or cancelled), and a lone request is always admitted."""
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ SMALL = (False, [1, 16, 32])  # 512 patches: 768 + 512 > 1024
 
 @pytest.fixture(scope="module")
 def small_stage(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
+    # no queue: a request past the limit is refused at once (the queue: tests/unit/vision/test_vision_admission.py)
     mesh = {"vision": {"encoder": {"max_batch_size": LIMIT, "max_request_size": LIMIT, "max_pending_size": LIMIT,
-                                   "batch_wait_ms": 1.0}}}
+                                   "batch_wait_ms": 1.0, "max_waiting": 0}}}
     proc = start_stage("vision", demo_ckpt, mesh, tmp_path_factory.mktemp("vision-small"))
     yield proc
     assert proc.stop() == 0

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 import pytest
 import torch
+from google.protobuf import duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from omnimesh.v1 import audio_pb2, audio_pb2_grpc, common_pb2, vision_pb2, vision_pb2_grpc
 from gateway.clients.encoders import AudioClient, VisionClient, VisionItemInput
@@ -40,6 +43,33 @@ def test_a_stage_status_maps_to_the_clients(code: grpc.StatusCode, kind: type[Om
         assert "what it said" in err.message
     if kind is Unavailable:
         assert err.stage == "audio" and code.name in err.message
+
+
+def _refusal(code: grpc.StatusCode, details: list[Any], status_code: int | None = None) -> grpc.aio.AioRpcError:
+    """A stage's failed call as grpc.aio hands it over, its google.rpc.Status in the trailers."""
+    status = status_pb2.Status(code=code.value[0] if status_code is None else status_code, message="full")
+    for d in details:
+        status.details.add().Pack(d)
+    trailers = grpc.aio.Metadata(("grpc-status-details-bin", status.SerializeToString()))
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailers, "full")
+
+
+def test_a_stage_load_refusal_keeps_the_stages_retry_delay() -> None:
+    retry = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=2, nanos=500_000_000))
+    err = stage_error("vision", _refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, [error_details_pb2.ErrorInfo(), retry]))
+    assert isinstance(err, ResourceExhausted) and err.retry_after_s == 2.5
+    assert err.message == "vision is at capacity: full"
+
+
+def test_a_stage_refusal_without_retry_info_is_passed_on_without_one() -> None:
+    # grpc's own RESOURCE_EXHAUSTED (a message over a size limit) carries no details: retrying cannot help
+    bare = grpc.aio.AioRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.aio.Metadata(), grpc.aio.Metadata(), "big")
+    assert stage_error("vision", bare).retry_after_s is None
+    assert stage_error("vision", _refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, [])).retry_after_s is None
+    # details whose code disagrees with the call's are not trusted
+    retry = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=3))
+    mismatched = _refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, [retry], status_code=code_pb2.UNAVAILABLE)
+    assert stage_error("vision", mismatched).retry_after_s is None
 
 
 def test_a_chunk_the_assembler_refuses_is_the_stages_fault() -> None:
