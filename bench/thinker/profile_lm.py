@@ -1,8 +1,10 @@
 """Where a family's step time goes (bench/thinker/lm_families.py, released dims): the kernels of one eager prefill
-step of a fresh request and of the one-row and largest decode graph replays, by device time, plus the host ops of
-the prefill step by self time.
+step of fresh requests and of the one-row and largest decode graph replays, by device time, plus the host ops of
+the prefill step by self time. The prefill step's wall time beside its kernels' summed time says whether the host
+or the device bounds it.
 
     python bench/thinker/profile_lm.py --family qwen3.5-9b --out /tmp/profile-q35-9b.json
+    python bench/thinker/profile_lm.py --family qwen3.5-9b --prefill-rows 16 --prompt-tokens 300 --out /tmp/p.json
 """
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ from runtime.model_path import resolve_model  # noqa: E402
 from services.thinker.model import ThinkerConfig  # noqa: E402
 
 
-def top_events(prof: Any, device: bool, top: int = 16) -> list[dict[str, Any]]:
-    """Events summed by name: CUDA kernels by device time, or host ops by self CPU time."""
+def summed_events(prof: Any, device: bool) -> tuple[dict[str, float], dict[str, int]]:
+    """Events summed by name: CUDA kernels by device time, or host ops by self CPU time (us), and their counts."""
     total: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
     for ev in prof.events():
@@ -41,6 +43,11 @@ def top_events(prof: Any, device: bool, top: int = 16) -> list[dict[str, Any]]:
             continue
         total[ev.name] += ev.time_range.elapsed_us() if device else ev.self_cpu_time_total
         calls[ev.name] += 1
+    return total, calls
+
+
+def top_events(prof: Any, device: bool, top: int = 16) -> list[dict[str, Any]]:
+    total, calls = summed_events(prof, device)
     return [{"name": name[:100], "us": round(us, 1), "calls": calls[name]}
             for name, us in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
 
@@ -51,20 +58,25 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--rows", type=int, default=32, help="the larger decode graph profiled")
+    p.add_argument("--prefill-rows", type=int, default=1, help="fresh prompts in the profiled prefill step")
     args = p.parse_args()
     device, dtype = torch.device("cuda"), torch.bfloat16
     family = FAMILIES[args.family](False)
     cfg = ThinkerConfig.from_dict(family.root)
     model = served_model(transformers_model(family, device, dtype), cfg, device)
-    eng = EngineConfig(max_num_seqs=args.rows, max_batch_tokens=2048, kv_cache_bytes=4 << 30, max_model_len=4096,
+    step_tokens = max(2048, args.prefill_rows * args.prompt_tokens)  # the prefill rows share one step
+    eng = EngineConfig(max_num_seqs=max(args.rows, args.prefill_rows), max_batch_tokens=step_tokens,
+                       kv_cache_bytes=4 << 30, max_model_len=max(4096, args.prompt_tokens + 128),
                        decode_batch_buckets=(1, args.rows))
     engine = engine_loop.build_engine(model, eng, device, dtype)
     maker = PromptMaker(resolve_model(family.demo_model), args.prompt_tokens)
     options = engine_loop.workload_sampling("greedy", 8)
 
     def first_step(index: int) -> float:
-        ids = maker.make(index).token_ids
-        engine.add(engine_loop.text_sequence(index, ids, options, engine_loop.text_request(ids, cfg)))
+        for row in range(args.prefill_rows):
+            ids = maker.make(index * args.prefill_rows + row).token_ids
+            engine.add(engine_loop.text_sequence(index * args.prefill_rows + row, ids, options,
+                                                 engine_loop.text_request(ids, cfg)))
         t0 = time.perf_counter()
         engine.step()
         torch.cuda.synchronize()
@@ -76,10 +88,14 @@ def main() -> None:
     warm = [first_step(i) for i in range(3)]
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         seconds = first_step(3)
-    command = f"python bench/thinker/profile_lm.py --family {args.family} --out {args.out}"
+    command = (f"python bench/thinker/profile_lm.py --family {args.family} --prompt-tokens {args.prompt_tokens} "
+               f"--prefill-rows {args.prefill_rows} --out {args.out}")
+    kernels, launches = summed_events(prof, device=True)
     out: dict[str, Any] = {
         **provenance_of(command, device), "family": family.name, "prompt_tokens": args.prompt_tokens,
-        "prefill_step_ms": {"warm_ups": [s * 1e3 for s in warm], "profiled": seconds * 1e3},
+        "prefill_rows": args.prefill_rows,
+        "prefill_step_ms": {"warm_ups": [s * 1e3 for s in warm], "profiled": seconds * 1e3,
+                            "kernels_summed": sum(kernels.values()) / 1e3, "launches": sum(launches.values())},
         "prefill_kernels": top_events(prof, device=True), "prefill_host_ops": top_events(prof, device=False),
     }
     runner = engine.runner.inner
