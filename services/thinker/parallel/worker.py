@@ -81,14 +81,19 @@ class _Worker:
                 self._decode_states = DecodeStateInputs(self.states, msg.graphs.decode_buckets, scratch, self.device)
         self.kv_caches = allocate_kv_cache(len(cfg.kv_layers), msg.num_blocks + int(use_graphs), msg.block_size,
                                            cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device)
-        if msg.graphs is None:
-            return
-        rows = max((*msg.graphs.decode_buckets, *msg.graphs.prefill_buckets), default=0)
-        self.x_static = torch.zeros(rows, cfg.hidden_size, dtype=self.dtype, device=self.device)
-        self.graphs = StepGraphs(self._graph_forward, msg.graphs, msg.block_size, msg.num_blocks, self.device,
-                                 capture=self.device.type == "cuda")
-        self.graphs.capture()  # in step with rank 0's: same shapes, same order, same warm-ups
-        if self.states is not None and self.device.type == "cuda":  # rank 0 compiles its eager hybrid steps here
+        on_cuda = self.device.type == "cuda"
+        if use_graphs:
+            rows = max((*msg.graphs.decode_buckets, *msg.graphs.prefill_buckets), default=0)
+            self.x_static = torch.zeros(rows, cfg.hidden_size, dtype=self.dtype, device=self.device)
+            self.graphs = StepGraphs(self._graph_forward, msg.graphs, msg.block_size, msg.num_blocks, self.device,
+                                     capture=on_cuda)
+            self.graphs.capture()  # in step with rank 0's: same shapes, same order, same warm-ups
+        if self.model.use_kernels and on_cuda:  # no collectives: the rank's own heads' attention variants compiled
+            from runtime.kernels.paged_attention_triton import compile_prefill_variants  # noqa: PLC0415 - triton
+
+            compile_prefill_variants(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, msg.block_size, self.dtype,
+                                     self.device)
+        if self.states is not None and use_graphs and on_cuda:  # rank 0 compiles its eager hybrid steps here
             warm_hybrid_steps(self.model, self.states, self.kv_caches, msg.block_size, scratch_slot=scratch,
                               scratch_block=msg.num_blocks, device=self.device, logits=False)
 
