@@ -6,18 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Self
 
 import torch
 
 from runtime.attention import AttentionContext
 from runtime.kernels.causal_conv import conv_prefill_plan
 from services.thinker.model.config import ThinkerConfig
+from services.thinker.model.kernel_path import build_from_state
 from services.thinker.model.linear_state import LinearStateCache, StateContext
 from services.thinker.model.lm import DeepstackInput
 from services.thinker.parallel.collectives import RankGroup
 from services.thinker.parallel.messages import EagerStep, StateStep
 from services.thinker.parallel.plan import ShardPlan
+from services.thinker.parallel.shard_load import load_rank_state_dict
 
 if TYPE_CHECKING:
     from services.thinker.parallel.driver import RankDriver
@@ -44,6 +47,21 @@ class RankShard:
         self.group = group
         self.driver = None  # rank 0's: tells the workers each step
         self._quiet = False
+
+    def drop_head_off_rank0(self) -> None:
+        """Only rank 0 holds embed_tokens and lm_head: it embeds the step's tokens and computes the logits once,
+        where the sampler runs."""
+        if self.plan.rank != 0:
+            self.embed_tokens = None
+            self.lm_head = None
+
+    @classmethod
+    def load_shard(cls, ckpt_dir: Path | str, plan: ShardPlan, group: RankGroup, device: torch.device,
+                   dtype: torch.dtype, use_kernels: bool | None = None) -> Self:
+        """The rank's shard read from the checkpoint (only its slices) onto `device`; `use_kernels` as in the
+        LM's own `load`."""
+        state = load_rank_state_dict(ckpt_dir, plan, device, dtype)
+        return build_from_state(lambda: cls(plan, group), state, device, use_kernels, dtype)  # workers have no head
 
     @contextmanager
     def quiet(self) -> Iterator[None]:

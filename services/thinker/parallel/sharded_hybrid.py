@@ -8,13 +8,11 @@ sums o_proj's; the dense MLP and the shared-expert MoE split by width. Each rank
 state slot under rank 0's slot ids (mirrored_states.py)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
 from runtime.attention import AttentionContext
 from services.thinker.model.hybrid_lm import HybridLM
-from services.thinker.model.kernel_path import build_from_state
 from services.thinker.model.linear_state import StateContext
 from services.thinker.model.lm import DeepstackInput, LMOutput
 from services.thinker.model.shared_moe import SharedExpertMoE
@@ -23,7 +21,6 @@ from services.thinker.parallel.layers import ParallelDenseMLP, ParallelSharedExp
 from services.thinker.parallel.mirrored_states import MirroredStateCache
 from services.thinker.parallel.plan import ShardPlan
 from services.thinker.parallel.rank_shard import RankShard
-from services.thinker.parallel.shard_load import load_rank_state_dict
 
 
 def _row_parallel(linear: torch.nn.Linear, group: RankGroup) -> RowParallelLinear:
@@ -44,17 +41,7 @@ class ShardedHybridLM(RankShard, HybridLM):
                 layer.mlp = ParallelSharedExpertMoE(cfg, group)
             else:
                 layer.mlp = ParallelDenseMLP(cfg.hidden_size, cfg.intermediate_size, group)
-        if plan.rank != 0:
-            self.embed_tokens = None  # type: ignore[assignment]
-            self.lm_head = None  # type: ignore[assignment]
-
-    @classmethod
-    def load_shard(cls, ckpt_dir: Path | str, plan: ShardPlan, group: RankGroup, device: torch.device,
-                   dtype: torch.dtype, use_kernels: bool | None = None) -> ShardedHybridLM:
-        """The rank's shard read from the checkpoint (only its slices) onto `device`; `use_kernels` as in
-        HybridLM.load."""
-        state = load_rank_state_dict(ckpt_dir, plan, device, dtype)
-        return build_from_state(lambda: cls(plan, group), state, device, use_kernels, dtype)  # workers have no head
+        self.drop_head_off_rank0()
 
     def allocate_states(self, num_slots: int, device: torch.device | str) -> MirroredStateCache:
         """The rank's share of every slot (its heads' conv channels and recurrent state); on rank 0, changes made

@@ -7,19 +7,16 @@ tokenizer or scheduler; only rank 0 holds embed_tokens and lm_head (logits are c
 runs)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 
 from runtime.attention import AttentionContext
-from services.thinker.model.kernel_path import build_from_state
 from services.thinker.model.lm import DeepstackInput, LMOutput, ThinkerLM
 from services.thinker.model.mlp import DenseMLP
 from services.thinker.parallel.collectives import RankGroup
 from services.thinker.parallel.layers import ParallelDenseMLP, ParallelSparseMoE, RowParallelLinear
 from services.thinker.parallel.plan import ShardPlan
 from services.thinker.parallel.rank_shard import RankShard
-from services.thinker.parallel.shard_load import load_rank_state_dict
 
 
 class ShardedThinkerLM(RankShard, ThinkerLM):
@@ -35,17 +32,7 @@ class ShardedThinkerLM(RankShard, ThinkerLM):
                 layer.mlp = ParallelDenseMLP(cfg.hidden_size, cfg.intermediate_size, group)
             else:
                 layer.mlp = ParallelSparseMoE(cfg, group)
-        if plan.rank != 0:
-            self.embed_tokens = None  # type: ignore[assignment]
-            self.lm_head = None  # type: ignore[assignment]
-
-    @classmethod
-    def load_shard(cls, ckpt_dir: Path | str, plan: ShardPlan, group: RankGroup, device: torch.device,
-                   dtype: torch.dtype, use_kernels: bool | None = None) -> ShardedThinkerLM:
-        """The rank's shard read from the checkpoint (only its slices) onto `device`; `use_kernels` as in
-        ThinkerLM.load."""
-        state = load_rank_state_dict(ckpt_dir, plan, device, dtype)
-        return build_from_state(lambda: cls(plan, group), state, device, use_kernels, dtype)  # workers have no head
+        self.drop_head_off_rank0()
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext, kv_caches: list[torch.Tensor],
                 deepstack: DeepstackInput | None = None, capture_layer: int | None = None) -> LMOutput:
