@@ -98,11 +98,7 @@ def _pick_narrow(logits: torch.Tensor, options: list[SamplingOptions], generator
                  ) -> torch.Tensor:  # fmt: skip
     """Tokens for rows that `_draws_among_top`: `logits` [N, V] (penalised, not yet over temperature) -> [N]. Each
     row's stream gives V uniforms a step, one per vocabulary id, whichever path draws it."""
-    # float64: top_p's floor from the Python value, as transformers takes it (see mass_floor)
-    columns = to_device(torch.tensor([[o.temperature, o.top_k, o.top_p, o.min_p] for o in options],
-                                     dtype=torch.float64), logits.device)
-    temperature, top_k, top_p, min_p = columns.unbind(1)
-    knobs = RowKnobs.build(torch.ones_like(temperature), temperature, top_k, top_p, min_p)
+    knobs = RowKnobs.from_settings([(True, o.temperature, o.top_k, o.top_p, o.min_p) for o in options], logits.device)
     return pick(logits, row_uniforms(generators, logits.shape[-1], logits.device), knobs)
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.transfer import to_device
+
 # A pick considers each row's WIDTH best scores: rows whose top_k is in 1..WIDTH (the thinker's default 20, the
 # talker's 50) are drawn exactly from them, so the vocabulary is never sorted. A power of two: the kernel's bitonic
 # top-k.
@@ -46,6 +48,16 @@ class RowKnobs:
         min_p = torch.zeros_like(floor) if min_p is None else min_p.float()
         table = torch.stack((sample.float(), temperature.float(), kth.float(), floor, min_p), dim=1)
         return cls(table.contiguous(), width)
+
+    @classmethod
+    def from_settings(cls, rows: list[tuple[bool, float, int, float, float]], device: torch.device,
+                      width: int = WIDTH) -> RowKnobs:  # fmt: skip
+        """`build` from each row's (sample, temperature, top_k, top_p, min_p) on the host, in one upload and no
+        device launches (the thinker's settings arrive as Python values every step); 1 - top_p in Python's float64,
+        rounded once, as `mass_floor`."""
+        table = [[float(sample), temperature, min(max(top_k, 1), width) - 1, 1.0 - top_p if top_p < 1 else -1.0, min_p]
+                 for sample, temperature, top_k, top_p, min_p in rows]
+        return cls(to_device(torch.tensor(table, dtype=torch.float32).reshape(-1, NUM_COLUMNS), device), width)
 
     @property
     def sample(self) -> torch.Tensor:

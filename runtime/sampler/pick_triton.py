@@ -197,11 +197,12 @@ def pick_triton(scores: torch.Tensor, uniforms: torch.Tensor, knobs: RowKnobs, i
         assert ids.shape == scores.shape and length <= width
         ids = ids.contiguous()
     out = torch.empty(rows, dtype=torch.long, device=scores.device)
-    log_c = max(CANDIDATES, width).bit_length() - 1
-    scratch = torch.empty(rows, 2**log_c, dtype=torch.int64, device=scores.device)
+    log_v, log_c = (max(length, width) - 1).bit_length(), max(CANDIDATES, width).bit_length() - 1
+    # the scratch holds the keys that reach a whole row's floor: rows of 2**log_c keys or fewer never touch it
+    scratch = torch.empty(rows, 2**log_c, dtype=torch.int64, device=scores.device) if log_v > log_c else out
     _pick_kernel[(rows,)](scores, scores.stride(0), scores if ids is None else ids, uniforms, uniforms.stride(0),
-                          knobs.table, scratch, out, length, LOG_V=(max(length, width) - 1).bit_length(),
-                          LOG_W=width.bit_length() - 1, LOG_C=log_c, HAS_IDS=ids is not None,
+                          knobs.table, scratch, out, length, LOG_V=log_v, LOG_W=width.bit_length() - 1, LOG_C=log_c,
+                          HAS_IDS=ids is not None,
                           LIBDEVICE=libdevice_exp(),
                           enable_reflect_ftz=False,  # libdevice without flush-to-zero, as nvcc builds PyTorch
                           num_warps=num_warps)  # fmt: skip

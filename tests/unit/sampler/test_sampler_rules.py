@@ -172,3 +172,11 @@ def test_row_generators_keep_one_stream_per_sequence() -> None:
     gens.drop(1)
     gens.drop(1)  # twice is fine
     assert gens.get(1, seed=6) is not g1
+
+
+def test_settings_from_the_host_build_the_same_table() -> None:
+    """The thinker's one-upload table equals the device-built one from float64 columns (top_p's floor included)."""
+    rows = [(True, 0.7, 20, 0.8, 0.0), (True, 1.3, 64, 1.0, 0.05), (False, 1.0, 0, 0.95, 0.0), (True, 0.5, 99, 1e-9, 1.0)]
+    host = RowKnobs.from_settings(rows, torch.device("cpu"))
+    columns = torch.tensor([[float(v) for v in row] for row in rows], dtype=torch.float64).unbind(1)
+    assert torch.equal(host.table, RowKnobs.build(*columns).table)
