@@ -13,6 +13,7 @@ import torch
 
 from runtime.attention import AttentionContext
 from runtime.kernels.causal_conv import conv_prefill_plan
+from runtime.transfer import to_device
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.kernel_path import build_from_state
 from services.thinker.model.linear_state import LinearStateCache, StateContext
@@ -133,7 +134,7 @@ def _state_context(step: StateStep, cache: LinearStateCache, device: torch.devic
     decode_rows = torch.empty(n, dtype=torch.long, device=device)
     decode_slots = torch.empty(n, dtype=torch.long, device=device)
     rows = [i for start, count, _ in step.prefill for i in range(start, start + count)]
-    prefill_rows = torch.tensor(rows, dtype=torch.long).to(device)
+    prefill_rows = to_device(torch.tensor(rows, dtype=torch.long), device)  # pinned: no sync with the step before
     plan = conv_prefill_plan([count for _, count, _ in step.prefill], [slot for _, _, slot in step.prefill],
                              cache.conv.shape[-1] + 1, device) if step.prefill else None
     return StateContext(cache, decode_rows, decode_slots, list(step.prefill), prefill_rows, plan)
