@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -27,21 +27,33 @@ _PB_TO_TORCH = {v: k for k, v in _TORCH_TO_PB.items()}
 _WIRE_VIEW = {torch.bfloat16: torch.int16}
 
 
+def wire_view(dtype: torch.dtype) -> torch.dtype:
+    """The dtype whose numpy counterpart carries `dtype`'s bytes (bfloat16 travels as int16)."""
+    return _WIRE_VIEW.get(dtype, dtype)
+
+
+def torch_to_pb_dtype(name: str, t: torch.Tensor) -> int:
+    """The wire's DType of `t`; TypeError naming the tensor for one the wire does not carry."""
+    if t.dtype not in _TORCH_TO_PB:
+        raise TypeError(f"tensor {name!r} has dtype {t.dtype}, which the wire does not carry")
+    return _TORCH_TO_PB[t.dtype]
+
+
 def tensor_to_bytes(t: torch.Tensor) -> bytes:
     """Row-major little-endian bytes of a tensor on any device."""
     t = t.detach().contiguous().cpu()
-    return t.view(_WIRE_VIEW.get(t.dtype, t.dtype)).numpy().tobytes()
+    return t.view(wire_view(t.dtype)).numpy().tobytes()
 
 
 def encode_tensor(name: str, t: torch.Tensor, chunk_bytes: int = CHUNK_BYTES) -> Iterator[common_pb2.Tensor]:
-    """The messages that carry `t`: one when it fits in `chunk_bytes`, else chunks of at most `chunk_bytes`."""
-    if t.dtype not in _TORCH_TO_PB:
-        raise TypeError(f"tensor {name!r} has dtype {t.dtype}, which the wire does not carry")
+    """The messages that carry `t`: one when it fits in `chunk_bytes`, else chunks of at most `chunk_bytes`.
+    (runtime/tensor_wire.py writes the same chunks as serialized bytes with one copy of the payload, for hot paths.)"""
+    dtype = torch_to_pb_dtype(name, t)
     data = tensor_to_bytes(t)
     count = max(1, -(-len(data) // chunk_bytes))
     for i in range(count):
         yield common_pb2.Tensor(
-            name=name, dtype=_TORCH_TO_PB[t.dtype], shape=list(t.shape),
+            name=name, dtype=dtype, shape=list(t.shape),
             data=data[i * chunk_bytes:(i + 1) * chunk_bytes], chunk_index=i, chunk_count=count,
         )
 
@@ -56,7 +68,10 @@ class _Partial:
     shape: tuple[int, ...]
     count: int
     size: int  # bytes the shape needs: chunks past it are refused as they come, not buffered
-    parts: list[bytes] = field(default_factory=list)
+    # The whole tensor's bytes, allocated at the first chunk (the size is checked by then) and filled as chunks come:
+    # one copy of each chunk, where joining the chunks and copying the join out took two more of the payload.
+    out: torch.Tensor
+    chunks: int = 0
     received: int = 0
 
 
@@ -94,28 +109,28 @@ class TensorAssembler:
                 raise InvalidArgument(field_name, f"{size} bytes exceed the limit of {self._max_bytes}")
             if count > max(1, size):  # empty chunks without end would cost memory and never finish
                 raise InvalidArgument(field_name, f"chunk_count {count} exceeds the {size} bytes of its shape")
-            part = _Partial(msg.dtype, shape, count, size)
+            part = _Partial(msg.dtype, shape, count, size, torch.empty(size, dtype=torch.uint8))
             self._partial[msg.name] = part
         elif (msg.dtype, tuple(msg.shape), count) != (part.dtype, part.shape, part.count):
             raise InvalidArgument(field_name, "dtype, shape or chunk_count differ between chunks of one tensor")
-        elif msg.chunk_index != len(part.parts):
-            raise InvalidArgument(field_name, f"chunk {msg.chunk_index} arrived, expected {len(part.parts)}")
-        part.received += len(msg.data)
+        elif msg.chunk_index != part.chunks:
+            raise InvalidArgument(field_name, f"chunk {msg.chunk_index} arrived, expected {part.chunks}")
+        data = msg.data  # upb makes a new bytes object on every read of the field: read it once
+        start = part.received
+        part.received += len(data)
         if part.received > part.size:
             raise InvalidArgument(field_name, f"{part.received} bytes received, shape {list(part.shape)} needs "
                                   f"{part.size}")
-        part.parts.append(msg.data)
-        if len(part.parts) < part.count:
+        if data:
+            part.out.numpy()[start:part.received] = np.frombuffer(data, dtype=np.uint8)
+        part.chunks += 1
+        if part.chunks < part.count:
             return None
         del self._partial[msg.name]
         return msg.name, self._finish(field_name, part)
 
     def _finish(self, field_name: str, part: _Partial) -> torch.Tensor:
-        dtype = _PB_TO_TORCH[part.dtype]
-        expected = math.prod(part.shape) * _element_size(dtype)
-        data = b"".join(part.parts)
-        if len(data) != expected:
-            raise InvalidArgument(field_name, f"{len(data)} bytes received, shape {list(part.shape)} needs {expected}")
-        wire = _WIRE_VIEW.get(dtype, dtype)
-        array = np.frombuffer(data, dtype=torch.empty((), dtype=wire).numpy().dtype)
-        return torch.from_numpy(array.copy()).view(dtype).reshape(part.shape)
+        if part.received != part.size:
+            raise InvalidArgument(field_name, f"{part.received} bytes received, shape {list(part.shape)} needs "
+                                  f"{part.size}")
+        return part.out.view(_PB_TO_TORCH[part.dtype]).reshape(part.shape)

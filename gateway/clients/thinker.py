@@ -14,7 +14,8 @@ from omnimesh.v1 import common_pb2, thinker_pb2
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.metrics import Metrics
 from runtime.sampling import sampling_to_pb
-from runtime.tensor_codec import TensorAssembler, encode_tensor
+from runtime.tensor_codec import TensorAssembler
+from runtime.tensor_wire import keep_serialized, method_path, serialized_chunks
 from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
 from gateway.routing.replica import ThinkerReplica
 from gateway.routing.router import ThinkerRouter
@@ -62,6 +63,10 @@ class ThinkerDone:
     usage: common_pb2.Usage
 
 
+_GENERATE = method_path(thinker_pb2.DESCRIPTOR.services_by_name["Thinker"], "Generate")
+_MEDIA_FIELD = thinker_pb2.GenerateRequest.DESCRIPTOR.fields_by_name["media"].number
+
+
 class ThinkerClient:
     def __init__(self, router: ThinkerRouter, metrics: Metrics) -> None:
         self.router = router
@@ -101,7 +106,11 @@ class ThinkerClient:
     async def _generate(self, replica: ThinkerReplica, prompt: ThinkerPrompt, sampling: SamplingOptions,
                         want_conditioning: bool,
                         timeout: float | None) -> AsyncIterator[TextChunk | Conditioning | ThinkerDone]:
-        call = replica.stub.Generate(self._requests(prompt, sampling, want_conditioning), timeout=timeout)
+        # the media chunks go out already serialized (runtime/tensor_wire.py): one copy of the embeddings on this loop
+        generate = replica.channel.stream_stream(
+            _GENERATE, request_serializer=keep_serialized(thinker_pb2.GenerateRequest.SerializeToString),
+            response_deserializer=thinker_pb2.GenerateResponse.FromString)
+        call = generate(self._requests(prompt, sampling, want_conditioning), timeout=timeout)
         assembler = TensorAssembler("talker_conditioning")
         received = 0
         try:
@@ -128,7 +137,7 @@ class ThinkerClient:
             self._metrics.get("omnimesh_edge_bytes_total", from_stage="thinker", to_stage="gateway").inc(received)
 
     async def _requests(self, prompt: ThinkerPrompt, sampling: SamplingOptions,
-                        want_conditioning: bool) -> AsyncIterator[thinker_pb2.GenerateRequest]:
+                        want_conditioning: bool) -> AsyncIterator[thinker_pb2.GenerateRequest | bytes]:
         t0 = time.perf_counter()
         sent = 0
         start = thinker_pb2.GenerateRequest(start=thinker_pb2.GenerateStart(
@@ -139,9 +148,8 @@ class ThinkerClient:
             sent += start.ByteSize()
             yield start
             for name, tensor in prompt.tensors.items():
-                for chunk in encode_tensor(name, tensor):
-                    msg = thinker_pb2.GenerateRequest(media=chunk)
-                    sent += msg.ByteSize()
+                for msg in serialized_chunks(_MEDIA_FIELD, name, tensor):
+                    sent += len(msg)
                     yield msg
         finally:
             self._metrics.get("omnimesh_edge_bytes_total", from_stage="gateway", to_stage="thinker").inc(sent)
