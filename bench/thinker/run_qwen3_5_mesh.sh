@@ -6,6 +6,7 @@
 # 765 / 893 tok/s, image 2,260 / 3,658 tok/s at c = 16 / 32.
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
 #   OUT=/some/dir OMNIMESH_COMMIT=<sha> [MOE=1] [WORKLOADS="image video"] [CONCURRENCY="16 32"] [BENCH_FLAGS=...] [TEXT=0] \
+#     [WORKLOAD_S=seconds each workload may take] \
 #     bash bench/thinker/run_qwen3_5_mesh.sh
 source bench/device_setup.sh /tmp/q35-mesh
 SECONDS=0
@@ -26,9 +27,11 @@ UP=$!
 for _ in $(seq 600); do grep -q OMNIMESH_MESH "$OUT/mesh.log" && break; sleep 0.5; done
 grep -q OMNIMESH_MESH "$OUT/mesh.log" || { tail -30 "$OUT/mesh.log"; kill -TERM $UP; exit 1; }
 echo "mesh up at ${SECONDS}s"
-python3 -m gateway.cli.main bench --addr 127.0.0.1:50051 --workloads ${WORKLOADS:-image video} \
-  --concurrency ${CONCURRENCY:-16 32} --output-tokens 256 ${BENCH_FLAGS:-} --out "$OUT/qwen3.5-media.json" 2>&1 | tail -8
-echo "media done at ${SECONDS}s"
+for W in ${WORKLOADS:-image video}; do  # one file per workload, so a run cut short keeps the ones finished
+  timeout "${WORKLOAD_S:-900}" python3 -m gateway.cli.main bench --addr 127.0.0.1:50051 --workloads "$W" \
+    --concurrency ${CONCURRENCY:-16 32} --output-tokens 256 ${BENCH_FLAGS:-} --out "$OUT/qwen3.5-$W.json" 2>&1 | tail -6
+  echo "$W done at ${SECONDS}s"
+done
 [ "${TEXT:-1}" = 1 ] && python3 -m gateway.cli.main bench --addr 127.0.0.1:50051 --workloads text --concurrency 1 32 --output-tokens 256 \
   --out "$OUT/qwen3.5-text.json" 2>&1 | tail -4
 echo "text done at ${SECONDS}s"
