@@ -7,14 +7,14 @@ from pathlib import Path
 
 import torch
 
-from omnimesh.v1 import common_pb2, vision_pb2_grpc
+from omnimesh.v1 import common_pb2
 from runtime.build_info import build_string
 from runtime.config import MeshConfig
 from runtime.server import StageServer
 from runtime.stage_device import stage_device
 from services.vision.encoder import VisionEncoder
 from services.vision.service import VisionService
-from services.vision.servicer import VisionServicer
+from services.vision.servicer import VisionServicer, add_to_server
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "omnimesh.v1.Vision"
@@ -39,7 +39,7 @@ async def build_vision(mesh: MeshConfig, model_dir: Path, server: StageServer) -
              "request", encoder.tower.cfg.depth, encoder.tower.device, stage.dtype, encoder.tower.attention_backend,
              encoder.tower.linear_dtype, service.max_batch_patches, service.max_request_patches)
     servicer = VisionServicer(service, stage_info(service, mesh, server.replica))
-    server.add_service(vision_pb2_grpc.add_VisionServicer_to_server, servicer, SERVICE_NAME)
+    server.add_service(add_to_server, servicer, SERVICE_NAME)
     server.not_serving_when("the vision encoder", lambda: service.batcher.fatal_error, service.batcher.heartbeat,
                             mesh.vision.stall_timeout_s)
     return service.close

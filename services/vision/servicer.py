@@ -7,6 +7,7 @@ import grpc
 
 from omnimesh.v1 import common_pb2, vision_pb2, vision_pb2_grpc
 from runtime.logs import request_id_var
+from runtime.tensor_wire import keep_serialized
 from services.vision.service import VisionService
 from services.vision.wire import read_items, read_start, to_pb
 
@@ -30,3 +31,19 @@ class VisionServicer(vision_pb2_grpc.VisionServicer):
 
     async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> common_pb2.StageInfo:
         return self._info
+
+
+def add_to_server(servicer: VisionServicer, server: grpc.aio.Server) -> None:
+    """The generated `add_VisionServicer_to_server`, but Encode's responses may be bytes serialized already (the
+    embeddings chunks of `to_pb`)."""
+    handlers = {
+        "Encode": grpc.stream_stream_rpc_method_handler(
+            servicer.Encode, request_deserializer=vision_pb2.VisionRequest.FromString,
+            response_serializer=keep_serialized(vision_pb2.VisionResponse.SerializeToString)),
+        "Info": grpc.unary_unary_rpc_method_handler(
+            servicer.Info, request_deserializer=common_pb2.InfoRequest.FromString,
+            response_serializer=common_pb2.StageInfo.SerializeToString),
+    }
+    name = vision_pb2.DESCRIPTOR.services_by_name["Vision"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)

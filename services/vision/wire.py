@@ -9,13 +9,15 @@ import torch
 
 from omnimesh.v1 import common_pb2, vision_pb2
 from runtime.errors import InvalidArgument
-from runtime.tensor_codec import TensorAssembler, encode_tensor
+from runtime.tensor_codec import TensorAssembler
+from runtime.tensor_wire import serialized_chunks
 from services.vision.model import Grid
 from services.vision.preprocess import MediaFrames, MediaKind
 from runtime.vision_processing import VisionProcessingConfig
 from services.vision.service import EncodeInput, FinishedOut, ItemOut
 
 _UINT8 = common_pb2.DTYPE_UINT8
+_EMBEDDINGS_FIELD = vision_pb2.VisionResponse.DESCRIPTOR.fields_by_name["embeddings"].number
 
 
 @dataclass(frozen=True)
@@ -154,14 +156,15 @@ def _dtype_name(dtype: int) -> str:
     return common_pb2.DType.Name(dtype) if dtype in common_pb2.DType.values() else str(dtype)
 
 
-def to_pb(out: ItemOut | FinishedOut) -> Iterator[vision_pb2.VisionResponse]:
-    """One item's merged and deepstack tensors as chunks of at most 1 MiB, or the closing `finished`."""
+def to_pb(out: ItemOut | FinishedOut) -> Iterator[vision_pb2.VisionResponse | bytes]:
+    """One item's merged and deepstack tensors as chunks of at most 1 MiB, already serialized (one copy of a video's
+    ~96 MB on this loop, where a message per chunk took four; services/vision/servicer.py sends them as they are), or
+    the closing `finished`."""
     if isinstance(out, ItemOut):
         named = [(f"item.{out.index}.merged", out.output.merged)]
         named += [(f"item.{out.index}.deepstack.{k}", d) for k, d in enumerate(out.output.deepstack)]
         for name, tensor in named:
-            for chunk in encode_tensor(name, tensor):
-                yield vision_pb2.VisionResponse(embeddings=chunk)
+            yield from serialized_chunks(_EMBEDDINGS_FIELD, name, tensor)
     else:
         yield vision_pb2.VisionResponse(finished=vision_pb2.VisionFinished(
             timings=common_pb2.Timings(queue_seconds=out.queue_seconds, compute_seconds=out.compute_seconds)))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from omnimesh.v1 import common_pb2
+from omnimesh.v1 import common_pb2, vision_pb2
 from runtime.tensor_codec import CHUNK_BYTES, TensorAssembler
 from services.vision.model import VisionOutput
 from services.vision.service import FinishedOut, ItemOut
@@ -13,7 +13,9 @@ from services.vision.wire import to_pb
 def test_item_out_is_chunked_named_and_keeps_dtype() -> None:
     merged = torch.randn(5000, 64)  # 1.28 MB of float32: two chunks
     deepstack = [torch.randn(5000, 64).to(torch.bfloat16) for _ in range(2)]
-    msgs = list(to_pb(ItemOut(3, VisionOutput(merged, deepstack))))
+    out = list(to_pb(ItemOut(3, VisionOutput(merged, deepstack))))
+    assert all(isinstance(m, bytes) for m in out)  # serialized already: the servicer sends them as they are
+    msgs = [vision_pb2.VisionResponse.FromString(m) for m in out]
     assert all(len(m.embeddings.data) <= CHUNK_BYTES for m in msgs)
     assembler, tensors = TensorAssembler("t"), {}
     for m in msgs:
