@@ -9,7 +9,7 @@ order, proto3 defaults left out), copying the payload once, from the tensor's ow
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -94,3 +94,85 @@ def payload_bytes(message: Any) -> int:
     """The size of a message on the wire, whether serialized already or not."""
     return len(message) if isinstance(message, bytes) else message.ByteSize()
 
+
+
+class TensorChunk(NamedTuple):
+    """A Tensor chunk read off the wire without protobuf: `data` a view of the received bytes (the assembler copies
+    it once, into the tensor's buffer; a parsed message copied it twice more: into the message, then out of it)."""
+
+    name: str
+    dtype: int
+    shape: tuple[int, ...]
+    data: memoryview
+    chunk_index: int
+    chunk_count: int
+    nbytes: int  # the whole message's size on the wire
+
+
+class _Unusual(Exception):
+    """Bytes the fast reader leaves to protobuf (its own rules then apply: merging, unknown fields, errors)."""
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise _Unusual
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _signed(value: int, bits: int) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def read_chunk(data: bytes, field_number: int) -> TensorChunk | None:
+    """The Tensor in field `field_number` of a serialized message that holds nothing else, each of its fields once
+    (as every sender here writes it); None for any other message, left to the message's own parser."""
+    try:
+        key, pos = _read_varint(data, 0)
+        if key != field_number << 3 | _LEN:
+            return None
+        size, pos = _read_varint(data, pos)
+        if pos + size != len(data):  # another field, or a second message merged after: protobuf's to read
+            return None
+        fields: dict[int, Any] = {}
+        view = memoryview(data)
+        while pos < len(data):
+            key, pos = _read_varint(data, pos)
+            number, wire_type = key >> 3, key & 7
+            if number in fields or (number in (1, 3, 4)) != (wire_type == _LEN) or wire_type not in (_LEN, _VARINT):
+                raise _Unusual
+            if wire_type == _VARINT:
+                if not 2 <= number <= 6:
+                    raise _Unusual
+                fields[number], pos = _read_varint(data, pos)
+                continue
+            length, pos = _read_varint(data, pos)
+            if pos + length > len(data):
+                raise _Unusual
+            fields[number] = view[pos:pos + length]
+            pos += length
+        shape, at, packed = [], 0, bytes(fields.get(3, b""))
+        while at < len(packed):
+            value, at = _read_varint(packed, at)
+            shape.append(_signed(value, 64))
+        return TensorChunk(bytes(fields.get(1, b"")).decode(), _signed(fields.get(2, 0), 32), tuple(shape),
+                           fields.get(4, memoryview(b"")), fields.get(5, 0) & 0xFFFF_FFFF,
+                           fields.get(6, 0) & 0xFFFF_FFFF, len(data))
+    except (_Unusual, UnicodeDecodeError):
+        return None
+
+
+def chunk_or_message(field_number: int, parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """A response deserializer: a Tensor chunk in `field_number` as a TensorChunk, anything else parsed."""
+
+    def deserializer(data: bytes) -> Any:
+        return read_chunk(data, field_number) or parse(data)
+
+    return deserializer

@@ -12,7 +12,8 @@ from omnimesh.v1 import audio_pb2, audio_pb2_grpc, common_pb2, vision_pb2, visio
 from runtime.errors import StageFault
 from runtime.metrics import Metrics
 from runtime.tensor_codec import TensorAssembler
-from runtime.tensor_wire import keep_serialized, method_path, payload_bytes, serialized_chunks
+from runtime.tensor_wire import (TensorChunk, chunk_or_message, keep_serialized, method_path, payload_bytes,
+                                 serialized_chunks)
 from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
 
 
@@ -54,11 +55,15 @@ async def _stream(call: grpc.aio.StreamStreamCall, stage: str, meter: _EdgeMeter
         async for msg in call:
             if t_first is None:
                 t_first = time.perf_counter()
-            received += msg.ByteSize()
-            if msg.WhichOneof("msg") == "embeddings":
-                done = add_stage_chunk(assembler, msg.embeddings, stage)
-                if done is not None:
-                    out[done[0]] = done[1]
+            if isinstance(msg, TensorChunk):  # an embeddings chunk, read without protobuf (`_encode_call`)
+                received += msg.nbytes
+                done = add_stage_chunk(assembler, msg, stage)
+            else:
+                received += msg.ByteSize()
+                done = add_stage_chunk(assembler, msg.embeddings, stage) if msg.WhichOneof("msg") == "embeddings" \
+                    else None
+            if done is not None:
+                out[done[0]] = done[1]
     except grpc.aio.AioRpcError as err:
         raise stage_error(stage, err) from None
     finally:
@@ -135,10 +140,12 @@ async def _metered(head: Iterable, rest: Iterable, meter: _EdgeMeter) -> AsyncIt
 
 def _encode_call(channel: grpc.aio.Channel, service: object, request: type, response: type
                  ) -> grpc.aio.StreamStreamMultiCallable:  # fmt: skip
-    """The stage's Encode call, sending the tensor chunks of `_tensor_messages` already serialized."""
+    """The stage's Encode call, sending the tensor chunks of `_tensor_messages` already serialized and reading the
+    embeddings chunks it answers with straight into their tensors (runtime/tensor_wire.py)."""
+    embeddings = response.DESCRIPTOR.fields_by_name["embeddings"].number
     return channel.stream_stream(method_path(service, "Encode"),
                                  request_serializer=keep_serialized(request.SerializeToString),
-                                 response_deserializer=response.FromString)
+                                 response_deserializer=chunk_or_message(embeddings, response.FromString))
 
 
 def _tensor_messages(message_type: type, field: str, prefix: str, tensors: Iterable[torch.Tensor]) -> Iterable:

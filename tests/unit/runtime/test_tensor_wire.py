@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omnimesh.v1 import audio_pb2, thinker_pb2, vision_pb2
+from omnimesh.v1 import audio_pb2, common_pb2, thinker_pb2, vision_pb2
 from runtime.tensor_codec import TensorAssembler, encode_tensor
-from runtime.tensor_wire import keep_serialized, method_path, payload_bytes, serialized_chunks
+from runtime.tensor_wire import (chunk_or_message, keep_serialized, method_path, payload_bytes, read_chunk,
+                                 serialized_chunks)
 
 CASES = [
     ("item.0", torch.randint(0, 256, (3, 32, 48, 3), dtype=torch.uint8), 1000),
@@ -58,3 +59,53 @@ def test_keep_serialized_passes_bytes_and_serializes_messages() -> None:
 
 def test_method_path() -> None:
     assert method_path(vision_pb2.DESCRIPTOR.services_by_name["Vision"], "Encode") == "/omnimesh.v1.Vision/Encode"
+
+
+@pytest.mark.parametrize(("name", "t", "chunk"), CASES, ids=[c[0] or "unnamed" for c in CASES])
+def test_read_chunk_reads_what_protobuf_reads(name: str, t: torch.Tensor, chunk: int) -> None:
+    for wire in serialized_chunks(1, name, t, chunk):
+        ours, reference = read_chunk(wire, 1), vision_pb2.VisionResponse.FromString(wire).embeddings
+        assert ours is not None and ours.nbytes == len(wire)
+        assert (ours.name, ours.dtype, ours.shape, bytes(ours.data), ours.chunk_index, ours.chunk_count) == (
+            reference.name, reference.dtype, tuple(reference.shape), reference.data, reference.chunk_index,
+            reference.chunk_count)
+
+
+def test_read_chunk_reassembles_like_the_message() -> None:
+    t = torch.randn(700, 48).to(torch.bfloat16)
+    assembler = TensorAssembler("vision.embeddings")
+    done = [assembler.add(read_chunk(w, 1)) for w in serialized_chunks(1, "item.0.merged", t, 4096)]
+    assert torch.equal(done[-1][1], t)
+
+
+def _tensor(**fields: object) -> bytes:
+    return vision_pb2.VisionResponse(embeddings=common_pb2.Tensor(**fields)).SerializeToString()
+
+
+@pytest.mark.parametrize("wire", [
+    vision_pb2.VisionResponse(finished=vision_pb2.VisionFinished()).SerializeToString(),  # another oneof member
+    _tensor(name="a", data=b"xy") + _tensor(chunk_index=1),  # two messages merged: protobuf's merge rules
+    _tensor(name="a", data=b"xy") + b"\x08\x01",  # a field after the chunk
+    _tensor(name="a", data=b"xy")[:-1],  # truncated
+    b"\x0a\x04\x0a\x02\xff\xfe",  # a name that is not UTF-8
+    b"\x0a\x04\x3a\x02ab",  # an unknown field (7) in the chunk
+    b"\x0a\x04\x18\x01\x18\x02",  # shape not packed (two varints)
+    b"\x0a\x04\x28\x01\x28\x02",  # chunk_index twice
+    b"\x0a\x02\x10",  # a varint cut short
+], ids=["finished", "merged", "trailing", "truncated", "not-utf8", "unknown-field", "unpacked", "twice", "cut"])
+def test_read_chunk_leaves_anything_unusual_to_protobuf(wire: bytes) -> None:
+    assert read_chunk(wire, 1) is None
+    parse = chunk_or_message(1, vision_pb2.VisionResponse.FromString)
+    try:
+        expected = vision_pb2.VisionResponse.FromString(wire)
+    except Exception as err:  # noqa: BLE001 - whatever protobuf refuses, the fallback refuses the same way
+        with pytest.raises(type(err)):
+            parse(wire)
+    else:
+        assert parse(wire) == expected
+
+
+def test_negative_dtype_and_shape_read_as_protobuf_reads_them() -> None:
+    wire = _tensor(dtype=-3, shape=[-1, 5], chunk_count=2)
+    ours, reference = read_chunk(wire, 1), vision_pb2.VisionResponse.FromString(wire).embeddings
+    assert (ours.dtype, ours.shape, ours.chunk_count) == (reference.dtype, tuple(reference.shape), 2)
