@@ -66,15 +66,14 @@ class GatedDeltaNet(nn.Module):
             q, k, v = self._split(causal_conv_decode(mixed, weight, conv, states.decode_slots))
             out = gated_delta_decode(q, k, v, g, beta, recurrent, states.decode_slots)
             return self.out_proj(self.norm(out, z).reshape(num_tokens, h.value_dim))
+        decode, prefill = states.parts
         out = x.new_empty(num_tokens, h.num_value_heads, h.value_head_dim)  # [T, Hv, Dv]
         if states.decode_rows.numel():
-            rows = states.decode_rows
-            q, k, v = self._split(causal_conv_decode(mixed[rows], weight, conv, states.decode_slots))
-            out[rows] = gated_delta_decode(q, k, v, g[rows], beta[rows], recurrent, states.decode_slots)
-        rows = states.prefill_rows
+            q, k, v = self._split(causal_conv_decode(mixed[decode], weight, conv, states.decode_slots))
+            out[decode] = gated_delta_decode(q, k, v, g[decode], beta[decode], recurrent, states.decode_slots)
         assert states.conv_plan is not None, "build_state_context plans the prefill rows' conv"
-        q, k, v = self._split(causal_conv_prefill_rows(mixed[rows], weight, conv, states.conv_plan))  # [Tp, C]
-        out[rows] = gated_delta_prefill(q, k, v, g[rows], beta[rows], recurrent, states.prefill_gathered)
+        q, k, v = self._split(causal_conv_prefill_rows(mixed[prefill], weight, conv, states.conv_plan))  # [Tp, C]
+        out[prefill] = gated_delta_prefill(q, k, v, g[prefill], beta[prefill], recurrent, states.prefill_gathered)
         return self.out_proj(self.norm(out, z).reshape(num_tokens, h.value_dim))  # [T, Hv * Dv] -> [T, H]
 
     def _split(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -72,6 +72,23 @@ class StateContext:
     conv_plan: ConvPlan | None = None  # the prefill rows' conv index maps (every layer's), when there are any
 
     @functools.cached_property
+    def parts(self) -> tuple[slice | torch.Tensor, slice | torch.Tensor]:
+        """(decode rows, prefill tokens) of the packed step: slices when each is one run, as the scheduler packs
+        decode rows before prefill chunks (a slice is a view; an index tensor costs a gather and a scatter over
+        [T, conv_dim] per layer), else decode_rows and prefill_rows."""
+        num_decode, at = self.decode_rows.shape[0], self.prefill[0][0] if self.prefill else 0
+        for start, count, _ in self.prefill:
+            if start != at:
+                return self.decode_rows, self.prefill_rows
+            at += count
+        first = self.prefill[0][0] if self.prefill else num_decode
+        if first == num_decode:
+            return slice(0, num_decode), slice(num_decode, at)
+        if first == 0:
+            return slice(at, at + num_decode), slice(0, at)
+        return self.decode_rows, self.prefill_rows
+
+    @functools.cached_property
     def prefill_gathered(self) -> PrefillRows:
         """`prefill` with each row's first token counted within prefill_rows (the rows gathered together), built once
         a step for every layer."""

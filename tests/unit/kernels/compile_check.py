@@ -131,8 +131,9 @@ def compile_norms() -> None:
 
 
 def compile_deltanet_parts() -> None:
-    """Qwen3.5's Gated DeltaNet output norm (32 value heads of 128) and causal conv decode (8,192 channels)."""
-    from runtime.kernels.causal_conv_triton import causal_conv_decode_triton
+    """Qwen3.5's Gated DeltaNet output norm (32 value heads of 128) and causal conv decode and prefill (8,192
+    channels)."""
+    from runtime.kernels.causal_conv_triton import causal_conv_decode_triton, causal_conv_prefill_triton
     from runtime.kernels.deltanet_gates_triton import deltanet_gates_triton
     from runtime.kernels.gated_rmsnorm_triton import gated_rmsnorm_triton
 
@@ -142,6 +143,9 @@ def compile_deltanet_parts() -> None:
     deltanet_gates_triton(proj[:, :32], proj[:, 32:], torch.zeros(32, dtype=BF16), torch.zeros(32, dtype=BF16))
     causal_conv_decode_triton(torch.zeros(2, 8192, dtype=BF16), torch.zeros(8192, 4, dtype=BF16),
                               torch.zeros(3, 8192, 3, dtype=BF16), torch.zeros(2, dtype=torch.int64))
+    rows = torch.zeros(64, dtype=torch.int64)
+    causal_conv_prefill_triton(torch.zeros(64, 8192, dtype=BF16), torch.zeros(8192, 4, dtype=BF16),
+                               torch.zeros(3, 8192, 3, dtype=BF16), rows, rows)
 
 
 if __name__ == "__main__":

@@ -198,6 +198,28 @@ def check_deltanet_parts(dtype: torch.dtype) -> None:
     ref = causal_conv_decode_reference(xs, weight, ref_states, slots)
     assert rel_err(got, ref) < 2e-3 and torch.equal(got_states, ref_states)
     assert torch.equal(got_states[[1, 3]], states[[1, 3]])  # slots no row holds are untouched
+    check_conv_prefill_rows(dtype, gen)
+
+
+def check_conv_prefill_rows(dtype: torch.dtype, gen: torch.Generator) -> None:
+    """The causal conv over every prefill row at once, Triton against plain torch, on a view of a wider projection
+    (as the layer passes it): rows shorter than K-1 read held inputs in the middle of their windows."""
+    from runtime.kernels import causal_conv
+    from runtime.kernels.causal_conv import causal_conv_prefill_rows, conv_prefill_plan
+
+    channels, counts, slots = 200, [1, 2, 37, 3], [3, 0, 5, 1]  # 37 tokens: two token blocks, the second partial
+    x = torch.randn(sum(counts), channels + 30, generator=gen).to(dtype)[:, 10:10 + channels]
+    weight = torch.randn(channels, 4, generator=gen).to(dtype)
+    states = torch.randn(6, channels, 3, generator=gen).to(dtype)
+    plan = conv_prefill_plan(counts, slots, 4, torch.device("cpu"))
+    ref_states, got_states = states.clone(), states.clone()
+    ref = causal_conv_prefill_rows(x, weight, ref_states, plan)
+    use_triton, causal_conv.use_triton = causal_conv.use_triton, lambda *t: True  # the interpreter runs on CPU
+    try:
+        got = causal_conv_prefill_rows(x, weight, got_states, plan)
+    finally:
+        causal_conv.use_triton = use_triton
+    assert rel_err(got, ref) < 2e-3 and torch.equal(got_states, ref_states)
 
 
 def check_fla_decode_in_place() -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.kernels.causal_conv import causal_conv_decode, causal_conv_decode_reference
+from runtime.kernels import causal_conv
+from runtime.kernels.causal_conv import (
+    causal_conv_decode, causal_conv_decode_reference, causal_conv_prefill_rows, conv_prefill_plan,
+)
 from runtime.kernels.deltanet_gates import deltanet_gates, deltanet_gates_reference
 from runtime.kernels.gated_rmsnorm import gated_rmsnorm, gated_rmsnorm_reference
 from runtime.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_router
@@ -69,3 +72,19 @@ def test_causal_conv_decode_matches_reference(rows: int) -> None:
     ref = causal_conv_decode_reference(x, weight, ref_states, slots)
     assert rel_err(got, ref) < 1e-2
     assert torch.equal(got_states, ref_states)  # the shift moves values; nothing is rounded
+
+
+@pytest.mark.parametrize("counts", [[8192], [3, 1, 300, 2, 77]])
+def test_causal_conv_prefill_rows_matches_plain_torch(counts: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("triton")
+    slots = torch.randperm(40)[:len(counts)].tolist()
+    x = _projection(sum(counts))[:, :8192]
+    weight = torch.randn(8192, 4, device="cuda").to(BF16) / 2
+    states = torch.randn(40, 8192, 3, device="cuda").to(BF16)
+    plan = conv_prefill_plan(counts, slots, 4, torch.device("cuda"))
+    got_states, ref_states = states.clone(), states.clone()
+    got = causal_conv_prefill_rows(x, weight, got_states, plan)
+    monkeypatch.setattr(causal_conv, "use_triton", lambda *t: False)
+    ref = causal_conv_prefill_rows(x, weight, ref_states, plan)
+    assert rel_err(got, ref) < 1e-2
+    assert torch.equal(got_states, ref_states)
