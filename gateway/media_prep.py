@@ -60,6 +60,7 @@ class MediaPipeline:
         self._audio_min_samples = audio_min_samples  # Qwen3-ASR zero-pads shorter clips (to 0.5 s)
         # decoded media held by this replica's requests, from admission until the encoders took it
         self.budget = WorkBudget("gateway", "bytes of media", max_media_bytes, "gateway.max_media_bytes")
+        self._trim_pending = False
         map_large_blocks()
 
     @property
@@ -88,14 +89,22 @@ class MediaPipeline:
 
     def return_memory_when_idle(self, after_s: float = 2.0) -> None:
         """Soon (once the ending request's frames and traceback are gone), if no request holds decoded media then,
-        gives the freed heap back on a worker thread (tens of ms)."""
+        gives the freed heap back on a worker thread (tens of ms). One trim at a time: a burst of ending requests
+        schedules one, not a full `gc.collect` on the event loop each."""
+        if self._trim_pending:
+            return
         loop = asyncio.get_running_loop()
 
         def trim_if_idle() -> None:
+            self._trim_pending = False
             if self.budget.held == 0:
                 gc.collect()  # a refused request's traceback and frames form cycles that still hold its frames
-                loop.run_in_executor(None, return_freed_heap)
+                try:
+                    loop.run_in_executor(None, return_freed_heap)
+                except RuntimeError:  # the default executor is shut down: the process is stopping
+                    pass
 
+        self._trim_pending = True
         loop.call_later(after_s, trim_if_idle)
 
     def footprint(self, media: list[MediaBytes], use_audio_in_video: bool) -> int:

@@ -109,3 +109,25 @@ def test_a_request_past_the_budget_is_resource_exhausted_until_the_first_lets_go
         assert media.budget.held == 0  # released by a failed request too
 
     asyncio.run(scenario())
+
+
+def test_memory_is_returned_once_per_burst_and_never_after_the_executor_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    trims = []
+    monkeypatch.setattr("gateway.media_prep.return_freed_heap", lambda: trims.append(1))
+    media = MediaPipeline(None, None, 0, None, 30.0)
+    errors = []
+
+    async def burst_then_stop() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        for _ in range(16):  # sixteen requests ending together
+            media.return_memory_when_idle(after_s=0.01)
+        await asyncio.sleep(0.2)
+        assert trims == [1]
+        media.return_memory_when_idle(after_s=0.05)  # pending while the process stops
+        await loop.shutdown_default_executor()
+        await asyncio.sleep(0.2)
+
+    asyncio.run(burst_then_stop())
+    assert trims == [1] and errors == []
