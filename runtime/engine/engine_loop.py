@@ -3,6 +3,7 @@ heartbeat, engine metrics and the slow-step log. Every decoder stage (thinker, t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -12,6 +13,7 @@ from runtime.engine.request_stream import RequestStream
 from runtime.engine.slow_steps import SlowStepLog
 from runtime.engine.step_core import Abort, Add, Output, StepCore, StepStats
 from runtime.engine.step_metrics import bind_engine_metrics
+from runtime.engine.step_profile import step_profiler_from_env
 from runtime.errors import Unavailable
 from runtime.heartbeat import Heartbeat
 from runtime.metrics import Metrics
@@ -40,6 +42,7 @@ class EngineLoop:
         self._streams: dict[int, RequestStream] = {}  # key -> the stream of a request still open
         self._failure: BaseException | None = None
         self._step_hooks = [SlowStepLog(core.stage)]
+        self._profiler = step_profiler_from_env(core.stage)  # None unless an operator asked for a step profile
         if metrics is not None:
             self._step_hooks.append(bind_engine_metrics(metrics, core))
         if on_step is not None:
@@ -104,7 +107,9 @@ class EngineLoop:
                 # every step's path); without any, the drain did not block, so there was work
                 if applied and not self.core.has_work:
                     continue  # the commands (an abort) left nothing to do
-                with self.heartbeat.beat():
+                # the profiler outside the beat: writing its profile after the last profiled step is no stall
+                profiling = self._profiler.step() if self._profiler is not None else contextlib.nullcontext()
+                with profiling, self.heartbeat.beat():
                     outputs, stats = self.core.step()
                 if outputs:
                     self._deliver(outputs)
