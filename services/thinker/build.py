@@ -61,7 +61,7 @@ def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.d
     max_model_len = min(model.cfg.max_position_embeddings, eng.max_model_len or capacity, capacity)
     hybrid = model.cfg.hybrid
     graphs = GraphSettings(eng.graph_decode_buckets, eng.prefill_token_buckets, eng.max_num_seqs,
-                           max_model_len) if eng.cuda_graphs else None
+                           max_model_len, eng.max_batch_tokens) if eng.cuda_graphs else None
     num_slots = eng.state_slots if hybrid is not None else 0
     snapshots = eng.num_state_snapshots if hybrid is not None and eng.enable_prefix_cache else 0
     if hybrid is not None:

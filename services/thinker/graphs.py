@@ -28,6 +28,7 @@ class GraphSettings:
     prefill_buckets: tuple[int, ...]  # tokens of any step (prefill chunks, mixed), up to max_batch_tokens
     max_num_seqs: int
     max_model_len: int
+    max_batch_tokens: int = 0  # the largest step the engine runs (a hybrid model's eager warm-up runs one)
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,22 @@ from services.thinker.model.linear_state import LinearStateCache, build_state_co
 WARMUP_STEPS: tuple[tuple[int, ...], ...] = ((16,), (17,), (1, 32, 17), (1, 1, 48, 1), (1024,), (4096,))
 
 
+def warmup_steps(max_batch_tokens: int) -> tuple[tuple[int, ...], ...]:
+    """WARMUP_STEPS, and a step of the engine's largest size when it is larger: on an H100 the first 8,192-token step
+    after a warm-up up to 4,096 took 10.7 s (2026-12-05-qwen3.5-9b-mesh.json), a live request's first token behind it;
+    the caching allocator also grows to that step's activations here, not under load."""
+    largest = max(sum(step) for step in WARMUP_STEPS)
+    return WARMUP_STEPS + (((max_batch_tokens,),) if max_batch_tokens > largest else ())
+
+
 @torch.inference_mode()
 def warm_hybrid_steps(model: HybridLM, states: LinearStateCache, kv_caches: list, block_size: int,
-                      scratch_slot: int, scratch_block: int, device: torch.device, logits: bool = True) -> float:
-    """Runs WARMUP_STEPS through `model` on `scratch_slot` and `scratch_block` only; returns the seconds taken.
-    logits: also the LM head (False on a tensor-parallel worker, which has none)."""
+                      scratch_slot: int, scratch_block: int, device: torch.device, logits: bool = True,
+                      max_batch_tokens: int = 0) -> float:
+    """Runs `warmup_steps(max_batch_tokens)` through `model` on `scratch_slot` and `scratch_block` only; returns the
+    seconds taken. logits: also the LM head (False on a tensor-parallel worker, which has none)."""
     start = time.perf_counter()
-    for q_lens in WARMUP_STEPS:
+    for q_lens in warmup_steps(max_batch_tokens):
         total = sum(q_lens)
         ids = torch.zeros(total, dtype=torch.long, device=device)
         positions = torch.cat([torch.arange(n).expand(3, n) for n in q_lens], dim=1).to(device)

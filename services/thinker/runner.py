@@ -100,7 +100,8 @@ class ThinkerRunner:
                      time.perf_counter() - start)
         if self.states is not None and use_graphs and torch.device(device).type == "cuda":
             seconds = warm_hybrid_steps(model, self.states, self.kv_caches, block_size, scratch_slot=scratch,
-                                        scratch_block=num_blocks, device=torch.device(device))
+                                        scratch_block=num_blocks, device=torch.device(device),
+                                        max_batch_tokens=graphs.max_batch_tokens)
             log.info("thinker: compiled the eager prefill steps' kernels in %.2f s", seconds)
 
     def _forward_hidden(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:

@@ -95,7 +95,8 @@ class _Worker:
                                      self.device)
         if self.states is not None and use_graphs and on_cuda:  # rank 0 compiles its eager hybrid steps here
             warm_hybrid_steps(self.model, self.states, self.kv_caches, msg.block_size, scratch_slot=scratch,
-                              scratch_block=msg.num_blocks, device=self.device, logits=False)
+                              scratch_block=msg.num_blocks, device=self.device, logits=False,
+                              max_batch_tokens=msg.graphs.max_batch_tokens)
 
     def _graph_forward(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         """What each graph captures: its rows of the embeddings buffer (rank 0 broadcasts into it), then the

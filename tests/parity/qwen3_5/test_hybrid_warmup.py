@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from runtime.attention import allocate_kv_cache
-from services.thinker.hybrid_warmup import WARMUP_STEPS, warm_hybrid_steps
+from services.thinker.hybrid_warmup import WARMUP_STEPS, warm_hybrid_steps, warmup_steps
 from services.thinker.model.hybrid_lm import HybridLM
 
 
@@ -34,3 +34,8 @@ def test_warmup_touches_only_the_scratch_slot_and_block(hybrid_lm: HybridLM) -> 
     # the steps did run: the scratch slot and block hold what they wrote
     assert not torch.equal(states.recurrent[:, scratch_slot], recurrent_before[:, scratch_slot])
     assert any(not torch.equal(layer[:, scratch_block], before[:, scratch_block]) for layer, before in zip(kv, kv_before))
+
+
+def test_a_larger_engine_step_is_warmed_too() -> None:
+    assert warmup_steps(8192) == WARMUP_STEPS + ((8192,),)
+    assert warmup_steps(4096) == warmup_steps(0) == WARMUP_STEPS  # no step larger than what the warm-up runs
