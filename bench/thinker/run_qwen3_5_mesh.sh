@@ -35,5 +35,14 @@ done
 [ "${TEXT:-1}" = 1 ] && python3 -m gateway.cli.main bench --addr 127.0.0.1:50051 --workloads text --concurrency 1 32 --output-tokens 256 \
   --out "$OUT/qwen3.5-text.json" 2>&1 | tail -4
 echo "text done at ${SECONDS}s"
+# every stage's metrics after the run: the vision stage's encoder latency and queue time beside the thinker's step
+# times say which stage bounds a workload (both share the GPU, time-sliced between their processes)
+python3 - "$OUT" <<'PY'
+import json, sys, urllib.request
+mesh = json.loads(next(l for l in open(sys.argv[1] + "/mesh.log") if l.startswith("OMNIMESH_MESH")).split(" ", 1)[1])
+for stage, ports in mesh.items():
+    with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics_port']}/metrics", timeout=10) as r:
+        open(f"{sys.argv[1]}/metrics-{stage}.txt", "wb").write(r.read())
+PY
 kill -TERM $UP; wait $UP
 rm -rf "$CKPT"
