@@ -6,7 +6,7 @@
 # 765 / 893 tok/s, image 2,260 / 3,658 tok/s at c = 16 / 32.
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
 #   OUT=/some/dir OMNIMESH_COMMIT=<sha> [MOE=1] [WORKLOADS="image video"] [CONCURRENCY="16 32"] [BENCH_FLAGS=...] [TEXT=0] \
-#     [WORKLOAD_S=seconds each workload may take] \
+#     [WORKLOAD_S=seconds each workload may take] [MPS=1: the stages' processes share the GPU through CUDA MPS] \
 #     bash bench/thinker/run_qwen3_5_mesh.sh
 source bench/device_setup.sh /tmp/q35-mesh
 SECONDS=0
@@ -22,6 +22,11 @@ vision: {enabled: true, device: cuda, dtype: bfloat16}
 # 32 videos in flight hold ~4.6 GB of decoded frames (145 MB each), over the default 2 GiB
 gateway: {max_media_bytes: 8589934592}
 YAML
+if [ "${MPS:-0}" = 1 ]; then  # without MPS the vision and thinker processes' kernels time-slice, never overlap
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d && echo "MPS on" || { echo "MPS could not start: running without"; unset CUDA_MPS_PIPE_DIRECTORY; }
+fi
 python3 -m gateway.cli.main up --model "$CKPT" --port 50051 --config /tmp/q35-mesh.yaml > "$OUT/mesh.log" 2>&1 &
 UP=$!
 for _ in $(seq 600); do grep -q OMNIMESH_MESH "$OUT/mesh.log" && break; sleep 0.5; done
@@ -45,4 +50,5 @@ for stage, ports in mesh.items():
         open(f"{sys.argv[1]}/metrics-{stage}.txt", "wb").write(r.read())
 PY
 kill -TERM $UP; wait $UP
+[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
 rm -rf "$CKPT"
