@@ -7,11 +7,12 @@
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
 #   OUT=/some/dir OMNIMESH_COMMIT=<sha> [MOE=1] [WORKLOADS="image video"] [CONCURRENCY="16 32"] [BENCH_FLAGS=...] [TEXT=0] \
 #     [WORKLOAD_S=seconds each workload may take] [MPS=1: the stages' processes share the GPU through CUDA MPS] \
-#     bash bench/thinker/run_qwen3_5_mesh.sh
+#     [KEEP_CKPT=1: reuse the checkpoint a previous run left, and leave it for the next (an A/B in one call)] bash bench/thinker/run_qwen3_5_mesh.sh
 source bench/device_setup.sh /tmp/q35-mesh
 SECONDS=0
 CKPT=/dev/shm/qwen3.5-random
-python3 bench/thinker/qwen3_5_checkpoint.py --out "$CKPT" ${MOE:+--moe} | tee "$OUT/checkpoint.json" || exit 1
+if [ "${KEEP_CKPT:-0}" = 1 ] && [ -f "$CKPT/config.json" ]; then echo "reusing $CKPT"
+else python3 bench/thinker/qwen3_5_checkpoint.py --out "$CKPT" ${MOE:+--moe} | tee "$OUT/checkpoint.json" || exit 1; fi
 echo "checkpoint written at ${SECONDS}s"
 cat > /tmp/q35-mesh.yaml <<'YAML'
 thinker:
@@ -51,4 +52,4 @@ for stage, ports in mesh.items():
 PY
 kill -TERM $UP; wait $UP
 [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
-rm -rf "$CKPT"
+[ "${KEEP_CKPT:-0}" = 1 ] || rm -rf "$CKPT"
