@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -134,6 +135,14 @@ def _httpx() -> object:
     return httpx
 
 
+def _commit() -> str:
+    """OMNIMESH_COMMIT where set (a copied tree's git metadata may be stale), else HEAD."""
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return os.environ.get("OMNIMESH_COMMIT") or head.stdout.strip() or "unknown"
+
+
 def start_mesh() -> tuple[object, str, str]:
     """`omnimesh up --model demo --http-port 0`, text only; its process and the two addresses."""
     sys.path.insert(0, str(REPO))
@@ -141,7 +150,9 @@ def start_mesh() -> tuple[object, str, str]:
 
     config = Path(tempfile.mkdtemp(prefix="omnimesh-overhead-")) / "mesh.yaml"
     config.write_text(TEXT_ONLY)
-    mesh = start([OMNIMESH, "up", "--model", "demo", "--port", "0", "--http-port", "0", "--config", str(config),
+    # the console script where the package is installed (make setup), else the module (a bare GPU-machine image)
+    command = [OMNIMESH] if Path(OMNIMESH).exists() else [sys.executable, "-m", "gateway.cli.main"]
+    mesh = start([*command, "up", "--model", "demo", "--port", "0", "--http-port", "0", "--config", str(config),
                   "--log-level", "WARNING"], MESH_PREFIX, timeout=600)
     ports = mesh.ports
     return mesh, f"127.0.0.1:{ports['gateway']['grpc_port']}", f"http://127.0.0.1:{ports['http']['http_port']}/v1"
@@ -171,7 +182,7 @@ def main() -> int:
     finally:
         if mesh is not None:
             mesh.stop()
-    args.out.write_text(json.dumps({"max_tokens": args.max_tokens, "requests": args.requests,
+    args.out.write_text(json.dumps({"commit": _commit(), "cpus": os.cpu_count(), "max_tokens": args.max_tokens, "requests": args.requests,
                                     "http_client": args.http_client,
                                     "by_concurrency": results}, indent=2))
     return 0
