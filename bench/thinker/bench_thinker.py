@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def provenance_of(command: str, device: torch.device) -> dict[str, Any]:
         pass
     # the GPU machine's copy carries a stale .git (or none): there the caller names the commit it sent
     commit = os.environ.get("OMNIMESH_COMMIT") or git.stdout.strip()
-    if len(commit) != 40:
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit):  # a short sha names it too
         commit = "unknown: no git history here; set OMNIMESH_COMMIT"
     return {"commit": commit, "uncommitted_changes": bool(dirty.stdout.strip()),
             "date": datetime.now(timezone.utc).isoformat(), "device": name, "versions": versions,

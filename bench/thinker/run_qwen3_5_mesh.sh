@@ -28,6 +28,11 @@ if [ "${MPS:-0}" = 1 ]; then  # without MPS the vision and thinker processes' ke
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
   nvidia-cuda-mps-control -d && echo "MPS on" || { echo "MPS could not start: running without"; unset CUDA_MPS_PIPE_DIRECTORY; }
 fi
+# SM clock, power and temperature twice a second: a live 8,192-token step ran 2.3x the isolated one on the same
+# H100 (552 vs 240 ms), its kernels themselves slower; throttling under sustained load is one suspect
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
+  --format=csv,noheader -lms 500 > "$OUT/gpu-clocks.csv" 2>/dev/null &
+CLOCKS=$!
 python3 -m gateway.cli.main up --model "$CKPT" --port 50051 --config /tmp/q35-mesh.yaml > "$OUT/mesh.log" 2>&1 &
 UP=$!
 for _ in $(seq 600); do grep -q OMNIMESH_MESH "$OUT/mesh.log" && break; sleep 0.5; done
@@ -51,5 +56,16 @@ for stage, ports in mesh.items():
         open(f"{sys.argv[1]}/metrics-{stage}.txt", "wb").write(r.read())
 PY
 kill -TERM $UP; wait $UP
+kill $CLOCKS
+python3 - "$OUT/gpu-clocks.csv" <<'PY'
+import statistics, sys
+rows = [l.split(", ") for l in open(sys.argv[1]) if l.count(",") == 5]
+busy = [r for r in rows if r[5].split()[0].isdigit() and int(r[5].split()[0]) >= 90]
+if busy:
+    sm = [float(r[1].split()[0]) for r in busy]
+    watts = [float(r[3].split()[0]) for r in busy]
+    print(f"gpu while >= 90% busy ({len(busy)} samples): SM clock p50 {statistics.median(sm):.0f} MHz, "
+          f"min {min(sm):.0f}; power p50 {statistics.median(watts):.0f} W; temperature max {max(int(r[4]) for r in busy)} C")
+PY
 [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
 [ "${KEEP_CKPT:-0}" = 1 ] || rm -rf "$CKPT"
