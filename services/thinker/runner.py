@@ -13,7 +13,7 @@ from runtime.engine.engine import PendingTokens
 from runtime.engine.scheduler import PENDING_TOKEN, ScheduledBatch, ScheduledRow
 from runtime.engine.sequence import Sequence
 from runtime.transfer import to_device
-from services.thinker.graphs import CaptureRecord, GraphSettings, StepGraph, StepGraphs
+from services.thinker.graphs import CaptureRecord, GraphSettings, MediaRows, StepGraph, StepGraphs
 from services.thinker.hybrid_warmup import warm_hybrid_steps
 from services.thinker.model import DeepstackInput, ThinkerLM
 from services.thinker.model.hybrid_lm import HybridLM
@@ -77,11 +77,12 @@ class ThinkerRunner:
         self.kv_caches = allocate_kv_cache(len(cfg.kv_layers), num_blocks + int(use_graphs), block_size,
                                            cfg.num_kv_heads, cfg.head_dim, dtype, device)
         self.graphs: StepGraphs | None = None
-        self.eager_steps = 0  # text-only steps no graph fitted
+        self.eager_steps = 0  # steps without deepstack rows that no graph fitted
         self.capture_records: list[CaptureRecord] = []
         if use_graphs:
             self.graphs = StepGraphs(self._forward_hidden, graphs, block_size, num_blocks, torch.device(device),
-                                     capture=torch.device(device).type == "cuda")
+                                     capture=torch.device(device).type == "cuda", media_width=cfg.hidden_size,
+                                     media_dtype=dtype)
             with torch.inference_mode():
                 self.capture_records = self.graphs.capture()
             for r in self.capture_records:
@@ -104,12 +105,14 @@ class ThinkerRunner:
                                         max_batch_tokens=graphs.max_batch_tokens)
             log.info("thinker: compiled the eager prefill steps' kernels in %.2f s", seconds)
 
-    def _forward_hidden(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
-        """Embedding through the final norm for a text-only step: what a graph captures. -> [T, H]."""
+    def _forward_hidden(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext,
+                        media: MediaRows | None) -> torch.Tensor:
+        """Embedding (media rows in, on a prefill graph) through the final norm: what a graph captures. -> [T, H]."""
         if self._decode_states is not None:  # a hybrid model's graphs are decode graphs: one row per token
             return self.model(self.model.embed(ids), positions, ctx, self.kv_caches,
                               states=self._decode_states.context(ids.shape[0])).hidden
-        return self.model(self.model.embed(ids), positions, ctx, self.kv_caches).hidden
+        x = self.model.embed(ids)
+        return self.model(x if media is None else media.apply(x), positions, ctx, self.kv_caches).hidden
 
     @staticmethod
     def kv_bytes_per_block(model: ThinkerLM | HybridLM, block_size: int, dtype: torch.dtype) -> int:
@@ -123,7 +126,7 @@ class ThinkerRunner:
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch, pending: PendingTokens | None = None) -> torch.Tensor:
         packed = self._pack(batch.rows, pending)
-        if self.graphs is not None and not (packed.media_rows or packed.visual_rows or packed.capture):
+        if self.graphs is not None and not (packed.visual_rows or packed.capture):  # deepstack rows run eagerly
             logits = self._run_graph(batch, packed, pending)
             if logits is not None:
                 return logits
@@ -160,16 +163,19 @@ class ThinkerRunner:
         return self.model.compute_logits(out.hidden[self._sampling_rows(batch, out.hidden.device)])
 
     def _run_graph(self, batch: ScheduledBatch, packed: _Packed, pending: PendingTokens | None) -> torch.Tensor | None:
-        """A text-only step whose shape fits a captured graph: static inputs, replay, logits. None: run eagerly."""
+        """A step (text, or media rows without deepstack) whose shape fits a captured graph: static inputs, replay,
+        logits. None: run eagerly."""
         q_lens = [r.num_tokens for r in batch.rows]
         tables = [r.seq.block_table for r in batch.rows]
-        graph = self.graphs.plan(q_lens, tables)
+        graph = self.graphs.plan(q_lens, tables, media=bool(packed.media_rows))
         if graph is None:
             self.eager_steps += 1
             return None
         kv_lens = [r.seq.num_computed_tokens + r.num_tokens for r in batch.rows]
         positions = torch.cat(packed.positions, dim=1)  # [3, T] on the host
-        self.graphs.prepare(graph, packed.token_ids, positions, q_lens, kv_lens, tables)
+        media = to_device(self._joined(packed.media_values), self.device, graph.media.values.dtype) \
+            if packed.media_rows else None
+        self.graphs.prepare(graph, packed.token_ids, positions, q_lens, kv_lens, tables, packed.media_rows, media)
         self._fill_pending(graph.ids, packed, pending)
         if self._decode_states is not None:
             self._prepare_states(batch)

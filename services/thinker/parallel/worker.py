@@ -15,7 +15,7 @@ import torch
 from runtime.attention import AttentionContext
 from runtime.attention.kv_cache import allocate_kv_cache
 from runtime.stage_device import stage_device
-from services.thinker.graphs import StepGraphs
+from services.thinker.graphs import MediaRows, StepGraphs
 from services.thinker.hybrid_warmup import warm_hybrid_steps
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.linear_state import LinearStateCache, check_state_memory
@@ -98,9 +98,11 @@ class _Worker:
                               scratch_block=msg.num_blocks, device=self.device, logits=False,
                               max_batch_tokens=msg.graphs.max_batch_tokens)
 
-    def _graph_forward(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
-        """What each graph captures: its rows of the embeddings buffer (rank 0 broadcasts into it), then the
-        decoder (a hybrid model's on its decode graph's slots). -> [N, H], unused."""
+    def _graph_forward(self, ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext,
+                       media: MediaRows | None) -> torch.Tensor:
+        """What each graph captures: its rows of the embeddings buffer (rank 0 broadcasts into it, media rows
+        already in: `media` is None here), then the decoder (a hybrid model's on its decode graph's slots).
+        -> [N, H], unused."""
         assert self.x_static is not None
         n = ids.shape[0]
         if self._decode_states is not None:

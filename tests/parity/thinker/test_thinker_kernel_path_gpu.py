@@ -89,7 +89,7 @@ def test_graph_replay_equals_eager(demo_ckpt: Path, prompts: list[list[int]]) ->
     tables = [[10 + i, 20 + i] for i in range(3)]
     runner.graphs.prepare(g, [5, 77, 1234], torch.tensor([[17, 5, 20]] * 3), [1, 1, 1], [18, 6, 21], tables)
     replayed = runner.graphs.execute(g).clone()
-    eager = runner.graphs.forward(g.ids, g.positions, g.ctx)
+    eager = runner.graphs.forward(g.ids, g.positions, g.ctx, g.media)
     torch.testing.assert_close(replayed, eager)  # bf16 defaults; the kernels are deterministic, so mostly equal
     # 2. whole generations: graphs (decode buckets, prefill rungs, padding) against eager kernel-path steps
     with_graphs = _generate(engine, prompts, model)

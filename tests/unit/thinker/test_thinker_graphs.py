@@ -13,7 +13,7 @@ from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
 from runtime.engine.sequence import Sequence
 from services.thinker.graphs import GraphSettings, StepGraphs
 from services.thinker.model import ThinkerConfig, ThinkerLM
-from services.thinker.request import ThinkerRequest
+from services.thinker.request import MediaInput, ThinkerRequest
 from services.thinker.runner import ThinkerRunner
 from tests.unit.thinker_model.thinker_tiny_config import tiny_config
 
@@ -43,13 +43,23 @@ class TableLog:
         self.inner.release(seq)
 
 
-def generate(runner: ThinkerRunner, cfg: ThinkerConfig) -> tuple[list[list[int]], list[float], set[int]]:
+def audio_spans(i: int, n: int, hidden: int) -> list[MediaInput]:
+    """Prompt i's audio item: rows 1..n-2 of an n-token prompt (n >= 4), embeddings seeded by i."""
+    if n < 4:
+        return []
+    rows = torch.randn(n - 3, hidden, generator=torch.Generator().manual_seed(i))
+    return [MediaInput("audio", 1, n - 3, (), 0.0, f"clip{i}", rows)]
+
+
+def generate(runner: ThinkerRunner, cfg: ThinkerConfig,
+             media: bool = False) -> tuple[list[list[int]], list[float], set[int]]:
     logged = TableLog(runner)
     engine = Engine(Scheduler(SchedulerLimits(4, 16, 96), BlockManager(NUM_BLOCKS, BLOCK, True)), logged)
     seqs = []
     for i, n in enumerate([5, 11, 3, 14, 7, 2]):
         prompt = [(7 * i + 3 * j) % 190 + 1 for j in range(n)]
-        req = ThinkerRequest(torch.arange(n).expand(3, -1).contiguous(), 0, [])
+        spans = audio_spans(i, n, cfg.hidden_size) if media else []
+        req = ThinkerRequest(torch.arange(n).expand(3, -1).contiguous(), 0, spans)
         opts = SamplingOptions(temperature=0.0, max_tokens=5 + i % 3, ignore_eos=True, logprobs=True)
         seqs.append(Sequence(i, f"r{i}", prompt, opts, frozenset(), req))
         engine.add(seqs[-1])
@@ -77,8 +87,49 @@ def test_graph_steps_equal_eager_and_never_write_foreign_kv() -> None:
     assert untouched and all(torch.isnan(kv[:, untouched]).all() for kv in runner.kv_caches)
 
 
+def test_media_rows_replay_on_prefill_graphs_equal_eager() -> None:
+    """Audio rows (no deepstack) in prefill and mixed steps replay on the prefill graphs, their embeddings taken
+    from the media buffer where the mask says so, with the eager runner's tokens and logprobs."""
+    cfg = tiny_config()
+    want_ids, want_lps, _ = generate(ThinkerRunner(tiny_model(False), NUM_BLOCKS, BLOCK, torch.device("cpu"),
+                                                   torch.float32), cfg, media=True)
+    text_ids, _, _ = generate(ThinkerRunner(tiny_model(False), NUM_BLOCKS, BLOCK, torch.device("cpu"),
+                                            torch.float32), cfg)
+    assert want_ids != text_ids  # the audio rows change the answer: a graph that dropped them would show
+    runner = ThinkerRunner(tiny_model(True), NUM_BLOCKS, BLOCK, torch.device("cpu"), torch.float32, SETTINGS)
+    got_ids, got_lps, _ = generate(runner, cfg, media=True)
+    assert got_ids == want_ids
+    torch.testing.assert_close(torch.tensor(got_lps), torch.tensor(want_lps), rtol=1e-5, atol=1e-5)
+    assert runner.eager_steps == 0 and runner.graphs.replays.get("prefill:16", 0) > 0
+
+
+def test_media_steps_plan_onto_prefill_graphs_only() -> None:
+    graphs = StepGraphs(lambda ids, pos, ctx, media: torch.zeros(ids.shape[0], 4), SETTINGS, BLOCK, NUM_BLOCKS,
+                        torch.device("cpu"), capture=False, media_width=4)
+    table = [[0]]
+    assert graphs.plan([1, 1], table * 2, media=True).kind == "prefill"  # one-token media rows: not a decode graph
+    assert graphs.plan([1, 1], table * 2).kind == "decode"
+    without = StepGraphs(lambda ids, pos, ctx, media: torch.zeros(ids.shape[0], 4), SETTINGS, BLOCK, NUM_BLOCKS,
+                         torch.device("cpu"), capture=False)
+    assert without.plan([3], table, media=True) is None and without.prefill[8].media is None
+
+
+def test_media_mask_marks_only_this_steps_rows() -> None:
+    """The mask is rewritten whole every step: rows a previous step marked read their token embeddings again."""
+    graphs = StepGraphs(lambda ids, pos, ctx, media: torch.zeros(ids.shape[0], 4), SETTINGS, BLOCK, NUM_BLOCKS,
+                        torch.device("cpu"), capture=False, media_width=4)
+    g = graphs.plan([6], [[0, 1]], media=True)
+    graphs.prepare(g, [3] * 6, torch.zeros(3, 6, dtype=torch.long), [6], [6], [[0, 1]], [1, 2, 3],
+                   torch.ones(3, 4))
+    assert g.media.mask.tolist() == [0, 1, 1, 1, 0, 0, 0, 0]
+    x = torch.zeros(8, 4)
+    assert g.media.apply(x).sum(dim=1).tolist() == [0, 4, 4, 4, 0, 0, 0, 0]
+    graphs.prepare(g, [3] * 5, torch.zeros(3, 5, dtype=torch.long), [5], [5], [[0, 1]])
+    assert g.media.mask.tolist() == [0] * 8 and torch.equal(g.media.apply(x), x)
+
+
 def test_plan_picks_the_smallest_graph_that_holds_the_step() -> None:
-    graphs = StepGraphs(lambda ids, pos, ctx: torch.zeros(ids.shape[0], 4), SETTINGS, BLOCK, NUM_BLOCKS,
+    graphs = StepGraphs(lambda ids, pos, ctx, media: torch.zeros(ids.shape[0], 4), SETTINGS, BLOCK, NUM_BLOCKS,
                         torch.device("cpu"), capture=False)
     table = [[0]]
     assert (graphs.plan([1, 1, 1], table * 3).kind, graphs.plan([1, 1, 1], table * 3).num_tokens) == ("decode", 4)
@@ -92,7 +143,7 @@ def test_plan_picks_the_smallest_graph_that_holds_the_step() -> None:
 
 @pytest.mark.parametrize("kind", ["decode", "prefill"])
 def test_padding_rows_point_at_the_scratch_block(kind: str) -> None:
-    graphs = StepGraphs(lambda ids, pos, ctx: torch.zeros(ids.shape[0], 4), SETTINGS, BLOCK, NUM_BLOCKS,
+    graphs = StepGraphs(lambda ids, pos, ctx, media: torch.zeros(ids.shape[0], 4), SETTINGS, BLOCK, NUM_BLOCKS,
                         torch.device("cpu"), capture=False)
     decode = ([1, 1, 1], [6, 3, 1], [[5, 9], [2], [6]])
     q_lens, kv_lens, tables = decode if kind == "decode" else ([3, 1], [3, 6], [[4], [7, 8]])
