@@ -1,12 +1,14 @@
 """CUDA graphs of the Thinker forward: decode batch buckets and a prefill token ladder over static input buffers.
 
 Each graph owns a fixed shape: N token rows and B sequence slots. A step that fits is copied into the static buffers
-(two host-to-device copies) and replayed; prefill graphs also take media rows (audio, or vision without deepstack):
-a mask in the int64 upload says which rows take the static media buffer's values over their token embeddings, so a
-Qwen3-ASR or Qwen3-Omni audio prompt replays like text instead of running eagerly; rows past the step's own are padding that writes its KV to a scratch
+(two host-to-device copies) and replayed; rows past the step's own are padding that writes its KV to a scratch
 block no sequence owns, so a replay never touches real cache slots beyond the step's. Decode graphs hold B one-token
 sequences; prefill graphs hold up to max_num_seqs sequences of any lengths plus one padding sequence. Off CUDA the
 same buffers run eagerly (capture=False), which keeps the padding logic testable on CPU.
+
+Prefill graphs also take media rows (audio, or vision without deepstack): a mask in the int64 upload says which rows
+take the static media buffer's values over their token embeddings, so a Qwen3-ASR or Qwen3-Omni audio prompt replays
+like text instead of running eagerly.
 """
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from services.audio.model import AudioEncoder
 from runtime.engine.engine import Engine, TokenEvent
 from runtime.engine.sequence import Sequence
+from services.audio.model import AudioEncoder
 from services.thinker.graphs import GraphSettings
 from services.thinker.model import ThinkerLM, prompt_positions
 from services.thinker.request import MediaInput, ThinkerRequest
@@ -70,7 +70,8 @@ def _with_audio(engine: Engine, prompts: list[list[int]], model: ThinkerLM) -> d
     scale = model.embed_tokens.weight.float().std().item()
     events: dict[int, list[TokenEvent]] = {i: [] for i in range(len(prompts))}
     for i, prompt in enumerate(prompts):
-        rows = torch.randn(len(prompt) - 2, model.cfg.hidden_size, generator=torch.Generator().manual_seed(i)) * scale
+        gen = torch.Generator().manual_seed(i)
+        rows = torch.randn(len(prompt) - 2, model.cfg.hidden_size, generator=gen) * scale
         pos = prompt_positions(prompt, [], model.cfg)
         media = [MediaInput("audio", 1, rows.shape[0], (), 0.0, f"clip{i}", rows.to(torch.bfloat16))]
         engine.add(Sequence(i, f"r{i}", prompt, GREEDY, frozenset(), ThinkerRequest(pos.positions, pos.rope_delta,
