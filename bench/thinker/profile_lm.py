@@ -5,6 +5,10 @@ or the device bounds it.
 
     python bench/thinker/profile_lm.py --family qwen3.5-9b --out /tmp/profile-q35-9b.json
     python bench/thinker/profile_lm.py --family qwen3.5-9b --prefill-rows 16 --prompt-tokens 300 --out /tmp/p.json
+    python bench/thinker/profile_lm.py --family qwen3.5-9b --prompt-tokens 8192 --rows 2 --media --out /tmp/p.json
+
+`--media` makes each prompt's rows 1..n-2 one media item of random host embeddings (no deepstack), which the step
+writes into its embeddings as a live video's step does: the isolated step against the live one, media path included.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from bench.thinker.workload import PromptMaker  # noqa: E402
 from runtime.config import EngineConfig  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 from services.thinker.model import ThinkerConfig  # noqa: E402
+from services.thinker.request import MediaInput, ThinkerRequest  # noqa: E402
 
 
 def summed_events(prof: Any, device: bool) -> tuple[dict[str, float], dict[str, int]]:
@@ -59,6 +64,7 @@ def main() -> None:
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--rows", type=int, default=32, help="the larger decode graph profiled")
     p.add_argument("--prefill-rows", type=int, default=1, help="fresh prompts in the profiled prefill step")
+    p.add_argument("--media", action="store_true", help="each prompt's rows 1..n-2 are one media item")
     args = p.parse_args()
     device, dtype = torch.device("cuda"), torch.bfloat16
     family = FAMILIES[args.family](False)
@@ -72,11 +78,18 @@ def main() -> None:
     maker = PromptMaker(resolve_model(family.demo_model), args.prompt_tokens)
     options = engine_loop.workload_sampling("greedy", 8)
 
+    def request(ids: list[int], seed: int) -> ThinkerRequest:
+        req = engine_loop.text_request(ids, cfg)
+        if args.media:  # host embeddings at a token embedding's scale, as a stage's reply leaves them
+            rows = torch.randn(len(ids) - 2, cfg.hidden_size, generator=torch.Generator().manual_seed(seed)) * 0.02
+            req.media.append(MediaInput("video", 1, rows.shape[0], (), 0.0, f"profile-{seed}", rows.to(dtype)))
+        return req
+
     def first_step(index: int) -> float:
         for row in range(args.prefill_rows):
-            ids = maker.make(index * args.prefill_rows + row).token_ids
-            engine.add(engine_loop.text_sequence(index * args.prefill_rows + row, ids, options,
-                                                 engine_loop.text_request(ids, cfg)))
+            seq_id = index * args.prefill_rows + row
+            ids = maker.make(seq_id).token_ids
+            engine.add(engine_loop.text_sequence(seq_id, ids, options, request(ids, seq_id)))
         t0 = time.perf_counter()
         engine.step()
         torch.cuda.synchronize()
@@ -89,11 +102,11 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         seconds = first_step(3)
     command = (f"python bench/thinker/profile_lm.py --family {args.family} --prompt-tokens {args.prompt_tokens} "
-               f"--prefill-rows {args.prefill_rows} --out {args.out}")
+               f"--rows {args.rows} --prefill-rows {args.prefill_rows}{' --media' * args.media} --out {args.out}")
     kernels, launches = summed_events(prof, device=True)
     out: dict[str, Any] = {
         **provenance_of(command, device), "family": family.name, "prompt_tokens": args.prompt_tokens,
-        "prefill_rows": args.prefill_rows,
+        "prefill_rows": args.prefill_rows, "media": args.media,
         "prefill_step_ms": {"warm_ups": [s * 1e3 for s in warm], "profiled": seconds * 1e3,
                             "kernels_summed": sum(kernels.values()) / 1e3, "launches": sum(launches.values())},
         "prefill_kernels": top_events(prof, device=True), "prefill_host_ops": top_events(prof, device=False),
