@@ -135,14 +135,6 @@ def _httpx() -> object:
     return httpx
 
 
-def _commit() -> str:
-    """OMNIMESH_COMMIT where set (a copied tree's git metadata may be stale), else HEAD."""
-    import subprocess
-
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    return os.environ.get("OMNIMESH_COMMIT") or head.stdout.strip() or "unknown"
-
-
 def start_mesh() -> tuple[object, str, str]:
     """`omnimesh up --model demo --http-port 0`, text only; its process and the two addresses."""
     sys.path.insert(0, str(REPO))
@@ -182,9 +174,15 @@ def main() -> int:
     finally:
         if mesh is not None:
             mesh.stop()
-    args.out.write_text(json.dumps({"commit": _commit(), "cpus": os.cpu_count(), "max_tokens": args.max_tokens, "requests": args.requests,
-                                    "http_client": args.http_client,
-                                    "by_concurrency": results}, indent=2))
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    from bench.thinker.bench_thinker import provenance_of
+
+    command = "python bench/http/overhead.py " + " ".join(sys.argv[1:])
+    args.out.write_text(json.dumps({**provenance_of(command, torch.device("cpu")), "cpus": os.cpu_count(),
+                                    "max_tokens": args.max_tokens, "requests": args.requests,
+                                    "http_client": args.http_client, "by_concurrency": results}, indent=2))
     return 0
 
 

@@ -7,7 +7,8 @@
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
 #   OUT=/some/dir OMNIMESH_COMMIT=<sha> [MOE=1] [WORKLOADS="image video"] [CONCURRENCY="16 32"] [BENCH_FLAGS=...] [TEXT=0] \
 #     [WORKLOAD_S=seconds each workload may take] [MPS=1: the stages' processes share the GPU through CUDA MPS] \
-#     [KEEP_CKPT=1: reuse the checkpoint a previous run left, and leave it for the next (an A/B in one call)] bash bench/thinker/run_qwen3_5_mesh.sh
+#     [KEEP_CKPT=1: reuse the checkpoint a previous run left, and leave it for the next (an A/B in one call)] \
+#     bash bench/thinker/run_qwen3_5_mesh.sh
 source bench/device_setup.sh /tmp/q35-mesh
 SECONDS=0
 CKPT=/dev/shm/qwen3.5-random
@@ -64,8 +65,9 @@ busy = [r for r in rows if r[5].split()[0].isdigit() and int(r[5].split()[0]) >=
 if busy:
     sm = [float(r[1].split()[0]) for r in busy]
     watts = [float(r[3].split()[0]) for r in busy]
+    hottest = max(int(r[4]) for r in busy)
     print(f"gpu while >= 90% busy ({len(busy)} samples): SM clock p50 {statistics.median(sm):.0f} MHz, "
-          f"min {min(sm):.0f}; power p50 {statistics.median(watts):.0f} W; temperature max {max(int(r[4]) for r in busy)} C")
+          f"min {min(sm):.0f}; power p50 {statistics.median(watts):.0f} W; temperature max {hottest} C")
 PY
 [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
 [ "${KEEP_CKPT:-0}" = 1 ] || rm -rf "$CKPT"

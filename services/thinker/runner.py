@@ -135,7 +135,7 @@ class ThinkerRunner:
         x = self.model.embed(ids)  # [T, H], one embedding call for every row
         if packed.media_rows:
             rows = to_device(torch.tensor(packed.media_rows, dtype=torch.long), self.device)
-            x[rows] = to_device(self._joined(packed.media_values), self.device, x.dtype)
+            x[rows] = self._media_values(packed, x.dtype)
         deepstack = None
         if packed.visual_rows:
             deepstack = DeepstackInput(
@@ -173,8 +173,7 @@ class ThinkerRunner:
             return None
         kv_lens = [r.seq.num_computed_tokens + r.num_tokens for r in batch.rows]
         positions = torch.cat(packed.positions, dim=1)  # [3, T] on the host
-        media = to_device(self._joined(packed.media_values), self.device, graph.media.values.dtype) \
-            if packed.media_rows else None
+        media = self._media_values(packed, graph.media.values.dtype) if packed.media_rows else None
         self.graphs.prepare(graph, packed.token_ids, positions, q_lens, kv_lens, tables, packed.media_rows, media)
         self._fill_pending(graph.ids, packed, pending)
         if self._decode_states is not None:
@@ -215,6 +214,10 @@ class ThinkerRunner:
                  for r in batch.rows if (r.restore_from if restore else r.snapshot) is not None]
         if pairs:
             self.states.copy([src for src, _ in pairs], [dst for _, dst in pairs])
+
+    def _media_values(self, packed: _Packed, dtype: torch.dtype) -> torch.Tensor:
+        """The step's media rows [M, H] on the device, in `dtype`."""
+        return to_device(self._joined(packed.media_values), self.device, dtype)
 
     def _joined(self, spans: list[torch.Tensor]) -> torch.Tensor:
         """Media slices as one host tensor, joined straight into pinned memory on CUDA (to_device would otherwise
