@@ -23,8 +23,9 @@ from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[2]
 MESH_PREFIX = "OMNIMESH_MESH "
-TEXT_ONLY = ("vision: {enabled: false}\naudio: {enabled: false}\ntalker: {enabled: false}\n"
-             "thinker: {engine: {kv_cache_bytes: 67108864, max_num_seqs: 32, token_flush_ms: 5.0}}\n")
+TEXT_ONLY = ("vision: {{enabled: false}}\naudio: {{enabled: false}}\ntalker: {{enabled: false}}\n"
+             "thinker: {{cpu_threads: {threads}, engine: {{kv_cache_bytes: 67108864, max_num_seqs: 32, "
+             "token_flush_ms: 5.0}}}}\n")
 
 
 class Sample(NamedTuple):
@@ -189,13 +190,13 @@ def _httpx() -> object:
     return httpx
 
 
-def start_mesh() -> tuple[object, str, str]:
+def start_mesh(thinker_cpu_threads: int = 0) -> tuple[object, str, str]:
     """`omnimesh up --model demo --http-port 0`, text only; its process and the two addresses."""
     sys.path.insert(0, str(REPO))
     from tests.integration.mesh_process import OMNIMESH, start
 
     config = Path(tempfile.mkdtemp(prefix="omnimesh-overhead-")) / "mesh.yaml"
-    config.write_text(TEXT_ONLY)
+    config.write_text(TEXT_ONLY.format(threads=thinker_cpu_threads))
     # the console script where the package is installed (make setup), else the module (a bare GPU-machine image)
     command = [OMNIMESH] if Path(OMNIMESH).exists() else [sys.executable, "-m", "gateway.cli.main"]
     mesh = start([*command, "up", "--model", "demo", "--port", "0", "--http-port", "0", "--config", str(config),
@@ -219,13 +220,16 @@ def main(argv: list[str] | None = None) -> int:
                         "separate: each path's own closed loop in turn, the medians of its runs compared")
     p.add_argument("--http-client", choices=("openai", "raw"), default="openai",
                    help="openai: the official SDK; raw: SSE lines unparsed (less client CPU beside the server's)")
+    p.add_argument("--thinker-cpu-threads", type=int, default=0,
+                   help="the started demo mesh's thinker torch threads (0: torch's default, every core). 1 leaves the "
+                        "other cores to the gateway, front and client, as a GPU thinker leaves the host's CPU")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     mesh = None
     if args.grpc_addr and args.http_url:
         grpc_addr, http_url = args.grpc_addr, args.http_url
     else:
-        mesh, grpc_addr, http_url = start_mesh()
+        mesh, grpc_addr, http_url = start_mesh(args.thinker_cpu_threads)
     try:
         results = asyncio.run(measure(args, grpc_addr, http_url))
     finally:
@@ -240,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({**provenance_of(command, torch.device("cpu")), "cpus": os.cpu_count(),
                                     "max_tokens": args.max_tokens, "requests": args.requests,
                                     "method": args.method, "http_client": args.http_client,
+                                    "thinker_cpu_threads": None if args.grpc_addr else args.thinker_cpu_threads,
                                     "by_concurrency": results}, indent=2))
     return 0
 
