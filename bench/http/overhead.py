@@ -138,7 +138,9 @@ async def measure(args: argparse.Namespace, grpc_addr: str, http_url: str) -> di
                                          timeout=600)
     else:
         headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-        http_client = _httpx().AsyncClient(base_url=http_url.rstrip("/") + "/", headers=headers, timeout=600)
+        httpx = _httpx()  # as many kept-alive connections as streams (its default keeps 20: c = 32 reconnected 12)
+        http_client = httpx.AsyncClient(base_url=http_url.rstrip("/") + "/", headers=headers, timeout=600,
+                                        limits=httpx.Limits(max_keepalive_connections=max(args.concurrency)))
     http = http_one if args.http_client == "openai" else raw_one
     paths = {"grpc": (grpc_one, grpc_client), "http": (http, http_client)}
     warm = max(args.concurrency)  # warm-up: the engine, and as many pooled HTTP connections as any run uses
