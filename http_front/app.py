@@ -18,9 +18,11 @@ from runtime.logs import request_id_var
 from http_front import audio, realtime, transcriptions
 from http_front.chat_input import chat_call
 from http_front.chat_output import Completion, completion_json, sse_stream
+from http_front.disconnect import CLIENT_CLOSED_REQUEST, ClientGone, unless_client_leaves
 from http_front.errors import RequestError, error_body, grpc_error_response, request_error_response
 from http_front.gateway import api_key, client, model_name, served_model_name
 from http_front.schemas import ChatCompletionRequest
+from http_front.sse import collect
 
 
 def create_app(gateway_addr: str, model_id: str = "", timeout_s: float | None = None,
@@ -72,11 +74,10 @@ def create_app(gateway_addr: str, model_id: str = "", timeout_s: float | None = 
         events = client(request).chat_stream(call.messages, api_key=api_key(request), **call.kwargs)
         headers = {"x-request-id": request_id}
         if not body.stream:
-            reply = Reply()
-            async for event in events:
-                reply.add(event)
+            reply = await unless_client_leaves(request, collect(Reply(), events))
             return JSONResponse(completion_json(c, reply), headers=headers)
-        first = await anext(events, None)  # a request the gateway refuses is an HTTP error, not a failing stream
+        # a request the gateway refuses is an HTTP error, not a failing stream
+        first = await unless_client_leaves(request, anext(events, None))
         return StreamingResponse(sse_stream(c, first, events), media_type="text/event-stream", headers=headers)
 
     return app
@@ -92,6 +93,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OmnimeshError)
     async def on_grpc_error(request: Request, err: OmnimeshError) -> JSONResponse:
         return grpc_error_response(err)
+
+    @app.exception_handler(ClientGone)
+    async def on_client_gone(request: Request, err: ClientGone) -> Response:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
 
     @app.exception_handler(RequestError)
     async def on_request_error(request: Request, err: RequestError) -> JSONResponse:

@@ -10,10 +10,11 @@ from fastapi.responses import Response, StreamingResponse
 
 from omnimesh import AudioDelta, Event, Message, OmnimeshError, Reply, Sampling, Usage
 from http_front.audio_codec import MIME_TYPES, encode_audio
+from http_front.disconnect import unless_client_leaves
 from http_front.errors import RequestError, grpc_error_body
 from http_front.gateway import api_key, client
 from http_front.schemas import SpeechRequest
-from http_front.sse import prepend, sse
+from http_front.sse import collect, prepend, sse
 
 router = APIRouter()
 
@@ -28,14 +29,13 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     events = client(request).chat_stream(
         [Message.system(system), Message.user(body.input)], speak=True, voice=body.voice,
         sampling=Sampling(max_tokens=body.max_tokens), request_id=uuid.uuid4().hex, api_key=api_key(request))
-    first = await anext(events, None)  # a request the gateway refuses is an HTTP error, not a failing stream
+    # a request the gateway refuses is an HTTP error, not a failing stream
+    first = await unless_client_leaves(request, anext(events, None))
     if body.stream_format == "sse":
         return StreamingResponse(_speech_events(first, events, body.response_format), media_type="text/event-stream")
     if body.response_format == "pcm":  # raw samples stream as they are spoken
         return StreamingResponse(_pcm_chunks(first, events), media_type=MIME_TYPES["pcm"])
-    reply = Reply()
-    async for event in prepend(first, events):
-        reply.add(event)
+    reply = await unless_client_leaves(request, collect(Reply(), prepend(first, events)))
     audio = encode_audio(reply.pcm16, reply.sample_rate, body.response_format)
     return Response(audio, media_type=MIME_TYPES[body.response_format])
 

@@ -6,8 +6,8 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from omnimesh import (AudioDelta, AudioFailed, Done, Event, OmnimeshError, ReasoningDelta, Reply, TextDelta, TokenLogprob,
-                      Usage)
+from omnimesh import (AudioDelta, AudioFailed, Done, Event, OmnimeshError, ReasoningDelta, Reply, TextDelta,
+                      TokenLogprob, Usage)
 from http_front.audio_codec import encode_audio
 from http_front.errors import grpc_error_body
 from http_front.sse import prepend, sse

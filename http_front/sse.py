@@ -1,11 +1,19 @@
-"""Server-sent events: one JSON object per `data:` line, and a stream whose first event was already read."""
+"""Server-sent events (one JSON object per `data:` line), and reading an answer's events: a stream whose first
+event was already read, a whole answer gathered."""
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class Gathers(Protocol):
+    def add(self, event: object) -> object: ...
+
+
+G = TypeVar("G", bound=Gathers)
 
 
 def sse(obj: dict) -> str:
@@ -18,3 +26,10 @@ async def prepend(first: T | None, rest: AsyncIterator[T]) -> AsyncIterator[T]:
         yield first
     async for item in rest:
         yield item
+
+
+async def collect(into: G, events: AsyncIterator[object]) -> G:
+    """Every event added to `into` (a Reply, a transcription's Result), which is returned."""
+    async for event in events:
+        into.add(event)
+    return into

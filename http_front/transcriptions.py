@@ -12,9 +12,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from omnimesh import Audio, Message, OmnimeshError, Sampling, TextDelta, Transcript, Usage
 from http_front.audio import io_token_usage
+from http_front.disconnect import unless_client_leaves
 from http_front.errors import RequestError, grpc_error_body
 from http_front.gateway import api_key, client, mesh_info
-from http_front.sse import prepend, sse
+from http_front.sse import collect, prepend, sse
 
 router = APIRouter()
 
@@ -39,12 +40,11 @@ async def transcriptions(request: Request, file: UploadFile, model: str = Form("
         events = client(request).transcribe_stream(audio, language=language, context=prompt, **kwargs)
     else:
         events = client(request).chat_stream([Message.user(audio, chat_instruction(language, prompt))], **kwargs)
-    first = await anext(events, None)  # a request the gateway refuses is an HTTP error, not a stream that fails
+    # a request the gateway refuses is an HTTP error, not a stream that fails
+    first = await unless_client_leaves(request, anext(events, None))
     if stream:
         return StreamingResponse(_transcript_events(first, events), media_type="text/event-stream")
-    result = Result()
-    async for event in prepend(first, events):
-        result.add(event)
+    result = await unless_client_leaves(request, collect(Result(), prepend(first, events)))
     if response_format == "text":
         return PlainTextResponse(result.text)
     return JSONResponse({"text": result.text, "usage": result.usage})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
+import urllib.request
 import wave
 from pathlib import Path
 
@@ -149,6 +151,43 @@ def test_transcription_whole_and_streamed(api: openai.OpenAI) -> None:
                                                   temperature=0.0, extra_body={"max_tokens": TOKENS}))
     assert events[-1].type == "transcript.text.done" and events[-1].text == whole.text
     assert "".join(e.delta for e in events[:-1]) == whole.text
+
+
+def gateway_streams(mesh: Proc) -> float:
+    """The gateway's open chat streams (`omnimesh_requests_in_flight`) now."""
+    port = mesh.ports["gateway"]["metrics_port"]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("omnimesh_requests_in_flight"))
+
+
+def ask_and_hang_up(api: openai.OpenAI, endpoint: str) -> None:
+    """A request for a long answer whose client gives up after 0.5 s, before any of it was sent."""
+    hasty = api.with_options(timeout=0.5)
+    long = {"max_tokens": 4000}
+    with pytest.raises(openai.APITimeoutError):
+        if endpoint == "chat":
+            hasty.chat.completions.create(model="any", messages=user(), extra_body={"ignore_eos": True, **long})
+        elif endpoint == "chat-stream":  # the front is still waiting for the first event: a long prompt's prefill
+            for _ in hasty.chat.completions.create(model="any", messages=user("Hi " * 3000), stream=True,
+                                                   extra_body={"ignore_eos": True, **long}):
+                pass
+        elif endpoint == "speech":
+            hasty.audio.speech.create(model="any", input="Hello there", voice="aiden", response_format="wav",
+                                      extra_body=long)
+        else:
+            hasty.audio.transcriptions.create(model="any", file=("clip.wav", wav(), "audio/wav"), extra_body=long)
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "chat-stream", "speech", "transcription"])
+def test_a_client_that_hangs_up_before_its_answer_stops_its_generation(api: openai.OpenAI, http_mesh: Proc,
+                                                                       endpoint: str) -> None:
+    t0 = time.monotonic()
+    ask_and_hang_up(api, endpoint)
+    # without the front's cancel, the gateway would keep the stream open until the answer's end, seconds away
+    while gateway_streams(http_mesh) > 0 and time.monotonic() - t0 < 1.5:
+        time.sleep(0.02)
+    assert gateway_streams(http_mesh) == 0
 
 
 @pytest.mark.parametrize("fields, param", [
