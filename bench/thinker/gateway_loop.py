@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,16 +25,18 @@ ENGINE_STAGES = ("thinker", "talker")  # the stages whose engines count steps (t
 
 class Mesh:
     """`python -m gateway.cli.main up` on a model dir; stderr goes to `log`. By default a thinker-only deployment
-    (text->text); `stages` adds sections (e.g. `{"talker": {...}}` for speech)."""
+    (text->text); `stages` adds sections (e.g. `{"talker": {...}}` for speech), `extra_args` go to `up` (e.g. an HTTP
+    front: `("--http-port", "0")`)."""
 
     def __init__(self, model_dir: Path, thinker: dict[str, Any], workdir: Path, log: TextIO,
-                 ready_timeout_s: float, stages: dict[str, Any] | None = None, log_level: str = "INFO") -> None:
+                 ready_timeout_s: float, stages: dict[str, Any] | None = None, log_level: str = "INFO",
+                 extra_args: Sequence[str] = ()) -> None:
         config = workdir / "bench_mesh.yaml"
         off = {"enabled": False}
         mesh = {"thinker": thinker, "vision": off, "audio": off, "talker": off, **(stages or {})}
         config.write_text(yaml.safe_dump(mesh))
         cmd = [sys.executable, "-m", "gateway.cli.main", "up", "--model", str(model_dir), "--config", str(config),
-               "--port", "0", "--ready-timeout", str(ready_timeout_s), "--log-level", log_level]
+               "--port", "0", "--ready-timeout", str(ready_timeout_s), "--log-level", log_level, *extra_args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         self.ports = self._wait_ready(ready_timeout_s)
         self.address = f"127.0.0.1:{self.ports['gateway']['grpc_port']}"

@@ -1,5 +1,6 @@
-"""bench/soak/soak_mesh.py on the demo model, two small waves: it runs the whole mix through a real mesh, every
-request ends as the mix intends (served, cancelled by the client, or past its deadline), and it writes its result."""
+"""bench/soak/soak_mesh.py on the demo model, two small waves: it runs the whole mix through a real mesh, over gRPC
+and through the HTTP front, every request ends as the mix intends (served, cancelled by the client, or past its
+deadline), no stream stays open at the gateway after a wave, and it writes its result."""
 from __future__ import annotations
 
 import json
@@ -19,7 +20,9 @@ def test_the_soak_runs_the_whole_mix(tmp_path: Path) -> None:
     assert result["unexpected_codes"] == {} and result["mesh_exit_code"] == 0
     codes = [w["codes"] for w in result["waves"]]
     assert all(c.get("OK", 0) > 0 and c.get("CANCELLED", 0) > 0 and c.get("DEADLINE_EXCEEDED", 0) > 0 for c in codes)
-    assert set(result["growth"]) == {"gateway", "thinker", "vision", "audio", "talker"}
+    assert all(c.get("http_OK", 0) > 0 and c.get("http_CANCELLED", 0) > 0 for c in codes)
+    assert result["streams_left_open"] == 0
+    assert set(result["growth"]) == {"gateway", "thinker", "vision", "audio", "talker", "http"}
     assert all(set(g) == {"rss_mib", "fds", "threads"} for g in result["growth"].values())
 
 
