@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import math
 from dataclasses import dataclass
 
 import av
 import numpy as np
 import soundfile as sf
+import soxr
 
 from runtime.errors import InvalidArgument
 from runtime.audio_lengths import HOP_LENGTH, audio_token_count, mel_frame_count
@@ -139,50 +139,16 @@ def _append_planar(chunks: list[np.ndarray], frames: list[av.AudioFrame]) -> int
     return sum(frame.samples for frame in frames)
 
 
-def lowpass_filter(up: int, down: int) -> np.ndarray:
-    """Kaiser-windowed (beta 5) sinc, cutoff at the lower Nyquist, 10 zero crossings each side, gain `up`."""
-    max_rate = max(up, down)
-    half = 10 * max_rate
-    n = np.arange(2 * half + 1) - half
-    cutoff = 1.0 / max_rate  # relative to the upsampled Nyquist
-    taps = cutoff * np.sinc(cutoff * n) * np.kaiser(2 * half + 1, 5.0)
-    return taps * (up / taps.sum())  # unity DC gain after zero-stuffing by `up`
-
-
-def resample(x: np.ndarray, rate_in: int, rate_out: int, block: int = 1 << 16) -> np.ndarray:
-    """Band-limited polyphase resampling of 1-D `x`, computed in x's dtype; output m sits at input time
-    m * rate_in / rate_out. Length ceil(len * rate_out / rate_in); scipy.signal.resample_poly's default filter."""
-    g = math.gcd(rate_in, rate_out)
-    up, down = rate_out // g, rate_in // g
-    if up == down:
+def resample(x: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
+    """1-D `x` at `rate_out`, in x's dtype: soxr's HQ (linear phase, delay compensated), the resampler
+    `librosa.load(..., sr=16000)` uses in the reference processor's audio loader, and as librosa does, exactly
+    ceil(len * rate_out / rate_in) samples (soxr's own count can be one short), so a clip's mel frames and audio
+    tokens follow from its length alone."""
+    if rate_in == rate_out:
         return x.copy()
-    h = lowpass_filter(up, down).astype(x.dtype)
-    half = (h.shape[0] - 1) // 2
-    bank = _phase_bank(h, up)  # [up, J]
-    taps = bank.shape[1]
-    n_out = -(-x.shape[0] * up // down)
-    last_hi = ((n_out - 1) * down + half) // up
-    xp = np.concatenate([np.zeros(taps, x.dtype), x, np.zeros(max(0, last_hi + 2 - x.shape[0]), x.dtype)])
-    windows = np.lib.stride_tricks.sliding_window_view(xp, taps)  # windows[w] = xp[w : w + J], a view
-    y = np.empty(n_out, dtype=x.dtype)
-    for m0 in range(min(up, n_out)):  # outputs m0, m0 + up, ... share a phase and step `down` inputs apart
-        phase, hi0 = (m0 * down + half) % up, (m0 * down + half) // up
-        count = len(range(m0, n_out, up))
-        for k0 in range(0, count, block):  # bounded temporaries for long clips
-            k1 = min(count, k0 + block)
-            # x[n_hi - J + 1 .. n_hi] sits at xp[n_hi + 1 .. n_hi + J], i.e. windows[n_hi + 1]
-            rows = windows[hi0 + 1 + k0 * down: hi0 + 1 + (k1 - 1) * down + 1: down]
-            y[m0 + k0 * up: m0 + (k1 - 1) * up + 1: up] = rows @ bank[phase]
-    return y
-
-
-def _phase_bank(h: np.ndarray, up: int) -> np.ndarray:
-    """[up, J]: row s holds h[s + j*up] for j = J-1 .. 0. Output m, at upsampled time t = m*down, uses phase
-    s = (t + half) % up against x[n_hi - j] with n_hi = (t + half) // up; reversed so it meets ascending x."""
-    taps = -(-h.shape[0] // up)
-    bank = np.zeros(taps * up, dtype=h.dtype)
-    bank[:h.shape[0]] = h
-    return np.ascontiguousarray(bank.reshape(taps, up).T[:, ::-1])
+    y = soxr.resample(x, rate_in, rate_out, quality="HQ")
+    n_out = -(-x.shape[0] * rate_out // rate_in)
+    return y[:n_out] if y.shape[0] >= n_out else np.pad(y, (0, n_out - y.shape[0]))
 
 
 def header_seconds(data: bytes) -> float:

@@ -1,4 +1,4 @@
-"""The gateway's polyphase resampler equals scipy.signal.resample_poly (same Kaiser filter) and is band-limited."""
+"""The gateway's resampling (soxr HQ): librosa's output length, the signal's timing kept, band-limited."""
 from __future__ import annotations
 
 import math
@@ -8,28 +8,26 @@ import pytest
 
 from gateway.media.audio import resample
 
-signal = pytest.importorskip("scipy.signal")
-
 RATES = [(44100, 16000), (48000, 16000), (22050, 16000), (8000, 16000), (11025, 16000), (32000, 16000), (24000, 16000)]
 
 
 @pytest.mark.parametrize("rate_in,rate_out", RATES)
 @pytest.mark.parametrize("length", [1, 7, 4801, 44100])
-def test_equals_scipy_resample_poly(rate_in: int, rate_out: int, length: int) -> None:
-    x = np.random.default_rng(length).standard_normal(length)
-    g = math.gcd(rate_in, rate_out)
-    ours = resample(x, rate_in, rate_out)
-    ref = signal.resample_poly(x, rate_out // g, rate_in // g)
-    assert ours.shape == ref.shape == (-(-length * rate_out // rate_in),)
-    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-12)
-    ours32 = resample(x.astype(np.float32), rate_in, rate_out)
-    assert ours32.dtype == np.float32
-    np.testing.assert_allclose(ours32, ref, rtol=0, atol=2e-5)
+def test_length_is_ceil_of_the_ratio_in_the_input_dtype(rate_in: int, rate_out: int, length: int) -> None:
+    # soxr alone gives one sample short for some (e.g. 4801 at 48 kHz -> 1600); librosa pads to the ceiling
+    for dtype in (np.float32, np.float64):
+        x = np.random.default_rng(length).standard_normal(length).astype(dtype)
+        y = resample(x, rate_in, rate_out)
+        assert y.shape == (-(-length * rate_out // rate_in),) and y.dtype == dtype
 
 
-def test_small_blocks_give_the_same_result() -> None:
-    x = np.random.default_rng(0).standard_normal(10_000)
-    np.testing.assert_allclose(resample(x, 44100, 16000, block=7), resample(x, 44100, 16000), rtol=0, atol=1e-12)
+@pytest.mark.parametrize("rate_in", [44100, 48000, 22050, 8000])
+def test_a_tone_keeps_its_amplitude_and_timing(rate_in: int) -> None:
+    """Output m sits at input time m * rate_in / rate_out: no delay, no gain (away from the edges)."""
+    t_in = np.arange(rate_in) / rate_in
+    y = resample(np.sin(2 * np.pi * 1000 * t_in + 0.3), rate_in, 16000)
+    expected = np.sin(2 * np.pi * 1000 * np.arange(y.shape[0]) / 16000 + 0.3)
+    np.testing.assert_allclose(y[800:-800], expected[800:-800], rtol=0, atol=2e-3)
 
 
 def test_same_rate_is_a_copy() -> None:
