@@ -49,6 +49,21 @@ def test_copies_only_what_exists() -> None:
                 assert (ROOT / src).exists(), src
 
 
+def test_the_build_context_holds_every_copied_source() -> None:
+    """The context filter ignores everything, then lets back in what the COPY lines read."""
+    kept = {ln[1:].rstrip("/") for ln in (CONTAINERFILE.parent / "Containerfile.dockerignore").read_text().splitlines()
+            if ln.startswith("!")}
+    for op, arg in instructions():
+        if op == "COPY" and not arg.startswith("--from"):
+            *sources, _dest = arg.split()
+            assert set(s.rstrip("/") for s in sources) <= kept, sources
+
+
+def test_dependencies_install_at_the_locked_versions() -> None:
+    installs = [arg for op, arg in instructions() if op == "RUN" and "pip install" in arg]
+    assert installs and all("-c requirements.lock" in arg for arg in installs)
+
+
 def test_one_image_for_every_entrypoint() -> None:
     """`python -m <module>` works for each stage: the packages it installs hold every module the chart runs."""
     copied = {arg.split()[0] for op, arg in instructions() if op == "COPY" and not arg.startswith("--from")}
