@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--api-key", default=None)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     p.add_argument("--requests", type=int, default=0,
-                   help="streams per run (default 4 x the concurrency, at least 16: several waves, not one)")
+                   help="streams per path and run (default 4 x the concurrency, at least 16: several waves)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5, help="runs per concurrency (and path, if separate)")
     p.add_argument("--method", choices=("interleaved", "separate"), default="interleaved",

@@ -7,8 +7,8 @@ speech; every fifth is cancelled by the client after its first event; every seve
 deadline, so it ends mid-generation (DEADLINE_EXCEEDED). Every third goes through the HTTP front with the `openai`
 package instead (`http_lane.py`; `--no-http` leaves it out), half of those the client stays for answered whole. A
 second after each wave the gateway must hold no open stream: a client gone without its call cancelled would leave one
-generating (a late request's 400 tokens take longer than that). `growth` compares
-the last wave with the second (the first warms allocators and caches).
+generating (a late request's 400 tokens take longer than that). `growth` compares the last wave with the second
+(the first warms allocators and caches).
 
     PYTHONPATH=.:protos python3 bench/soak/soak_mesh.py --waves 6 --per-wave 200 --out bench/results/soak.json
 """
