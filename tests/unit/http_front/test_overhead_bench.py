@@ -57,5 +57,6 @@ def test_interleaved_overhead_is_the_mean_stream_time_ratio() -> None:
     # pooled means 340/3 and 390/3 ms: a closed loop's tok/s is inverse to them
     assert summary["overhead_tok_per_s_pct"] == pytest.approx(100 * (1 - 340 / 390))
     assert summary["overhead_by_round_pct"] == pytest.approx([100 * (1 - 120 / 140), 100 * (1 - 100 / 110)])
-    assert summary["grpc"]["ttft_p50_ms"] == pytest.approx(10.0) and summary["http"]["ttft_p50_ms"] == pytest.approx(20.0)
+    assert summary["grpc"]["ttft_p50_ms"] == pytest.approx(10.0)
+    assert summary["http"]["ttft_p50_ms"] == pytest.approx(20.0)
     assert summary["grpc"]["streams"] == 3 and summary["http"]["tokens"] == 24
