@@ -153,12 +153,12 @@ def test_transcription_whole_and_streamed(api: openai.OpenAI) -> None:
     assert "".join(e.delta for e in events[:-1]) == whole.text
 
 
-def gateway_streams(mesh: Proc) -> float:
-    """The gateway's open chat streams (`omnimesh_requests_in_flight`) now."""
+def gateway_metric(mesh: Proc, name: str, label: str = "") -> float:
+    """The sum of the gateway's `name` series (those whose labels include `label`, e.g. 'code="CANCELLED"')."""
     port = mesh.ports["gateway"]["metrics_port"]
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("omnimesh_requests_in_flight"))
+               if line.startswith(name) and label in line.split(" ", 1)[0])
 
 
 def ask_and_hang_up(api: openai.OpenAI, endpoint: str) -> None:
@@ -168,8 +168,10 @@ def ask_and_hang_up(api: openai.OpenAI, endpoint: str) -> None:
     with pytest.raises(openai.APITimeoutError):
         if endpoint == "chat":
             hasty.chat.completions.create(model="any", messages=user(), extra_body={"ignore_eos": True, **long})
-        elif endpoint == "chat-stream":  # the front is still waiting for the first event: a long prompt's prefill
-            for _ in hasty.chat.completions.create(model="any", messages=user("Hi " * 3000), stream=True,
+        elif endpoint == "chat-stream":  # the front still waits for the first event: ~10k prompt tokens (seconds of
+            # prefill on CPU), led by a fresh id so that no earlier run's prefix is cached
+            prompt = f"{time.time_ns()} " + "Hi " * 10_000
+            for _ in hasty.chat.completions.create(model="any", messages=user(prompt), stream=True,
                                                    extra_body={"ignore_eos": True, **long}):
                 pass
         elif endpoint == "speech":
@@ -182,12 +184,15 @@ def ask_and_hang_up(api: openai.OpenAI, endpoint: str) -> None:
 @pytest.mark.parametrize("endpoint", ["chat", "chat-stream", "speech", "transcription"])
 def test_a_client_that_hangs_up_before_its_answer_stops_its_generation(api: openai.OpenAI, http_mesh: Proc,
                                                                        endpoint: str) -> None:
+    cancelled = gateway_metric(http_mesh, "omnimesh_requests_total", 'code="CANCELLED"')
     t0 = time.monotonic()
     ask_and_hang_up(api, endpoint)
     # without the front's cancel, the gateway would keep the stream open until the answer's end, seconds away
-    while gateway_streams(http_mesh) > 0 and time.monotonic() - t0 < 1.5:
+    while gateway_metric(http_mesh, "omnimesh_requests_in_flight") > 0 and time.monotonic() - t0 < 1.5:
         time.sleep(0.02)
-    assert gateway_streams(http_mesh) == 0
+    assert gateway_metric(http_mesh, "omnimesh_requests_in_flight") == 0
+    # and the call did reach the gateway, which saw it cancelled, not finished
+    assert gateway_metric(http_mesh, "omnimesh_requests_total", 'code="CANCELLED"') == cancelled + 1
 
 
 @pytest.mark.parametrize("fields, param", [
