@@ -4,35 +4,21 @@ connection, which the front must turn into a cancelled gRPC call or the gateway'
 from __future__ import annotations
 
 import asyncio
-import base64
 from typing import Any
 
 import openai
 
-MIME = {"image": "image/png", "audio": "audio/wav", "video": "video/mp4"}
+from gateway.cli.remote_bench.workloads import Request
 
 
-def content(kind: str, media: bytes | None, text: str) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
-    if kind == "audio":
-        audio = {"data": base64.b64encode(media).decode(), "format": "wav"}
-        parts.append({"type": "input_audio", "input_audio": audio})
-    elif kind in ("image", "video"):
-        key = f"{kind}_url"
-        parts.append({"type": key, key: {"url": f"data:{MIME[kind]};base64,{base64.b64encode(media).decode()}"}})
-    parts.append({"type": "text", "text": text})
-    return parts
-
-
-async def one(client: openai.AsyncOpenAI, kind: str, media: bytes | None, text: str, *, speak: bool, late: bool,
-              cancel: bool, stream: bool, seed: int) -> str:
+async def one(client: openai.AsyncOpenAI, request: Request, *, late: bool, cancel: bool, stream: bool,
+              use_audio_in_video: bool, seed: int) -> str:
     """How the request ended: `http_OK`, `http_CANCELLED` (the client closed it: after its first chunk, or at its
     0.5 s deadline), or `http_<status>` for an HTTP error."""
     kwargs: dict[str, Any] = {
-        "model": "omni", "messages": [{"role": "user", "content": content(kind, media, text)}],
-        "max_tokens": 400 if late else 8, "seed": seed,
-        "extra_body": {"ignore_eos": late, "use_audio_in_video": kind == "video"}}
-    if speak:
+        "model": "omni", "messages": request.openai_messages(), "max_tokens": 400 if late else 8, "seed": seed,
+        "extra_body": {"ignore_eos": late, "use_audio_in_video": use_audio_in_video}}
+    if request.speak:
         kwargs |= {"modalities": ["text", "audio"], "audio": {"voice": "", "format": "pcm16" if stream else "wav"}}
 
     async def run() -> str:

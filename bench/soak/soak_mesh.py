@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,12 @@ import openai  # noqa: E402
 
 from bench.soak import http_lane  # noqa: E402
 from bench.thinker.gateway_loop import Mesh  # noqa: E402
+from gateway.cli.remote_bench.workloads import Request  # noqa: E402
+from omnimesh import Audio, Image, Video  # noqa: E402
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 from tests.integration.media_files import mp4_with_sound, png, wav  # noqa: E402
+from tests.integration.mesh_process import metric_value, scrape  # noqa: E402
 
 STAGES = {"vision": {"enabled": True}, "audio": {"enabled": True},
           "talker": {"enabled": True, "speech": {"max_frames": 24}}}
@@ -56,7 +58,8 @@ def process_reading(pid: int) -> dict[str, int]:
 
 class Mix:
     def __init__(self) -> None:
-        self.media = {"image": png(), "audio": wav(), "video": mp4_with_sound()}
+        self.media = {"image": Image(png(), "image/png"), "audio": Audio(wav(), "audio/wav"),
+                      "video": Video(mp4_with_sound(), "video/mp4")}
 
     @staticmethod
     def kind(i: int) -> str:
@@ -64,7 +67,7 @@ class Mix:
 
     def request(self, i: int) -> tuple[omni_pb2.ChatRequest, float | None]:
         kind = self.kind(i)
-        parts = [] if kind == "text" else [omni_pb2.ContentPart(**{kind: omni_pb2.Media(data=self.media[kind])})]
+        parts = [] if kind == "text" else [omni_pb2.ContentPart(**{kind: omni_pb2.Media(data=self.media[kind].data)})]
         parts.append(omni_pb2.ContentPart(text=f"Tell me about item {i}."))
         outputs = [omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if i % 4 == 0 else [])
         late = i % 7 == 0  # asks for far more than its deadline allows: it ends mid-generation
@@ -76,9 +79,10 @@ class Mix:
 
     async def over_http(self, client: openai.AsyncOpenAI, i: int) -> str:
         kind = self.kind(i)
+        request = Request(f"Tell me about item {i}.", self.media.get(kind), speak=i % 4 == 0)
         cancel = i % 5 == 0  # a client leaving after the first chunk needs a stream; every other one is answered whole
-        return await http_lane.one(client, kind, self.media.get(kind), f"Tell me about item {i}.", speak=i % 4 == 0,
-                                   late=i % 7 == 0, cancel=cancel, stream=cancel or i % 6 != 2, seed=i)
+        return await http_lane.one(client, request, late=i % 7 == 0, cancel=cancel, stream=cancel or i % 6 != 2,
+                                   use_audio_in_video=kind == "video", seed=i)
 
 
 async def one(stub: omni_pb2_grpc.OmniStub, request: omni_pb2.ChatRequest, timeout: float, cancel: bool) -> str:
@@ -113,17 +117,10 @@ async def wave(address: str, http_url: str | None, mix: Mix, first: int, count: 
     return codes
 
 
-def gateway_in_flight(metrics_port: int) -> float:
-    """The gateway's `omnimesh_requests_in_flight` now."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("omnimesh_requests_in_flight"))
-
-
 def settled_in_flight(metrics_port: int) -> float:
     """The gateway's open streams once they had `SETTLE_S` to close: 0 unless a finished request left one open."""
     deadline = time.monotonic() + SETTLE_S
-    while (n := gateway_in_flight(metrics_port)) > 0 and time.monotonic() < deadline:
+    while (n := metric_value(scrape(metrics_port), "omnimesh_requests_in_flight")) > 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     return n
 

@@ -38,13 +38,13 @@ class Request:
         return [Message.user(*([self.media] if self.media else []), self.text)]
 
     def openai_messages(self) -> list[dict]:
-        """The same message as OpenAI chat content parts (media as data URLs / base64)."""
+        """The same message as OpenAI chat content parts (media as data URLs of their MIME type / base64)."""
         parts: list[dict] = []
         if isinstance(self.media, Image):
-            url = f"data:image/jpeg;base64,{base64.b64encode(self.media.data).decode()}"
+            url = f"data:{self.media.mime_type or 'image/jpeg'};base64,{base64.b64encode(self.media.data).decode()}"
             parts.append({"type": "image_url", "image_url": {"url": url}})
         elif isinstance(self.media, Video):
-            url = f"data:video/mp4;base64,{base64.b64encode(self.media.data).decode()}"
+            url = f"data:{self.media.mime_type or 'video/mp4'};base64,{base64.b64encode(self.media.data).decode()}"
             parts.append({"type": "video_url", "video_url": {"url": url}})
         elif isinstance(self.media, Audio):
             parts.append({"type": "input_audio",
