@@ -212,8 +212,8 @@ class StageConfig:
     enabled: StrictBool = True
     device: StrictStr = "cpu"  # "cpu", "cuda" or "cuda:N"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    # torch's CPU threads in this process; 0: one on a CUDA device, the machine's default on CPU (see stage_device)
-    cpu_threads: StrictInt = Field(0, ge=0, description="0: one on a CUDA device, the machine's default on CPU")
+    # torch's CPU threads in this process; 0: one on a CUDA device, on CPU torch's default less one (see stage_device)
+    cpu_threads: StrictInt = Field(0, ge=0, description="0: one on a CUDA device, all cores but one on CPU")
     # target the gateway dials, e.g. "dns:///thinker.omnimesh.svc:50051"; `omnimesh up` fills it
     address: StrictStr = ""
     # an engine step or encoder forward running longer than this (a hung device) turns the stage NOT_SERVING so it is

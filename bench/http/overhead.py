@@ -223,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--http-client", choices=("openai", "raw"), default="openai",
                    help="openai: the official SDK; raw: SSE lines unparsed (less client CPU beside the server's)")
     p.add_argument("--thinker-cpu-threads", type=int, default=0,
-                   help="the started demo mesh's thinker torch threads (0: torch's default, every core). 1 leaves the "
-                        "other cores to the gateway, front and client, as a GPU thinker leaves the host's CPU")
+                   help="the started demo mesh's thinker torch threads (0: the stage's default, every core but one, "
+                        "which leaves a core to the gateway, front and client)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     mesh = None

@@ -1,8 +1,10 @@
 """A stage's configured device becomes the process's current CUDA device (Triton and graph captures follow it), and
-its CPU threads follow `cpu_threads` (one by default on CUDA, where an idle OpenMP pool only spins)."""
+its CPU threads follow `cpu_threads` (one by default on CUDA, where an idle OpenMP pool only spins; on CPU all of
+torch's default but one, which the rest of the mesh needs)."""
 import pytest
 import torch
 
+from runtime import stage_device as stage_device_module
 from runtime.kernels.rmsnorm import fused_add_rmsnorm
 from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference
 from runtime.stage_device import stage_device
@@ -15,10 +17,23 @@ def torch_threads():
     torch.set_num_threads(before)
 
 
-def test_cpu_device_is_returned_as_named_and_keeps_the_default_threads(torch_threads):
-    torch.set_num_threads(2)
+@pytest.mark.parametrize("default,want", [(4, 3), (2, 1), (1, 1)])
+def test_a_cpu_stage_leaves_one_of_torchs_default_threads(torch_threads, monkeypatch, default, want):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(stage_device_module, "TORCH_DEFAULT_THREADS", default)
+    torch.set_num_threads(default)
     assert stage_device("cpu") == torch.device("cpu")
-    assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == want
+    stage_device("cpu")  # a second stage built in the same process takes no second core off
+    assert torch.get_num_threads() == want
+
+
+def test_omp_num_threads_is_taken_as_the_operators_choice(torch_threads, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setattr(stage_device_module, "TORCH_DEFAULT_THREADS", 3)
+    torch.set_num_threads(3)
+    stage_device("cpu")
+    assert torch.get_num_threads() == 3
 
 
 def test_cpu_threads_caps_torchs_threads(torch_threads):
