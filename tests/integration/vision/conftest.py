@@ -11,10 +11,11 @@ from services.vision.encoder import VisionEncoder
 from tests.integration.mesh_process import Proc, start_stage
 
 # A long batch window so concurrent test requests reliably share a forward on a busy 2-core machine;
-# small caps so the limit checks are cheap to reach.
+# small caps so the limit checks are cheap to reach. The stage sums with as many threads as this process's reference
+# (a CPU stage's own default is a core fewer), since their answers are compared bit for bit.
 MAX_BATCH_PATCHES = 2048
 MAX_REQUEST_PATCHES = 4096
-VISION_MESH = {"vision": {"enabled": True, "encoder": {
+VISION_MESH = {"vision": {"enabled": True, "cpu_threads": torch.get_num_threads(), "encoder": {
     "max_batch_size": MAX_BATCH_PATCHES, "max_request_size": MAX_REQUEST_PATCHES, "batch_wait_ms": 250.0}}}
 
 
