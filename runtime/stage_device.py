@@ -23,7 +23,7 @@ def stage_device(name: str, cpu_threads: int = 0) -> torch.device:
     - on CPU, all of torch's default threads but one, unless OMP_NUM_THREADS set that default. The spare core keeps
       this process's own server threads, and the gateway and the other stages of a mesh on one host, from stalling
       the model's OpenMP team: with two threads on two cores, the demo thinker streamed 1.5x slower at c = 1 and
-      1.75x slower at c = 32 than with one (bench/http/NOTES.md, 2026-12-05)."""
+      1.7x slower at c = 32 than with one (bench/http/NOTES.md, 2026-12-06)."""
     device = torch.device(name)
     if device.type == "cuda":
         if device.index is None:
