@@ -30,6 +30,9 @@ for lv in d["levels"]:
           f" tokens {lv.get('tokens_per_request')}, prompt {lv.get('prompt_tokens')},"
           f" thinker step {r(th.get('step_ms_mean'), 2)} ms x {r(th.get('rows_per_batch'))} rows,"
           f" event loops gw/th/au {loops}")
+    au = st.get("audio", {})
+    print(f"         queue ms audio/thinker {r(au.get('queue_ms_mean'))}/{r(th.get('queue_ms_mean'))},"
+          f" audio forward {r(au.get('encode_ms_mean'))} ms x {r(au.get('items_per_encode'))} clips")
 print("summary", json.dumps(d["summary"]))
 if "error" in d:
     print("error", d["error"][-1500:])

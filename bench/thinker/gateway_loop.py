@@ -20,9 +20,6 @@ from bench.thinker.workload import RequestRecord, summarize
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 
 MESH_PREFIX = "OMNIMESH_MESH "
-ENGINE_STAGES = ("thinker", "talker")  # the stages whose engines count steps (the encoders count forwards)
-
-
 class Mesh:
     """`python -m gateway.cli.main up` on a model dir; stderr goes to `log`. By default a thinker-only deployment
     (text->text); `stages` adds sections (e.g. `{"talker": {...}}` for speech), `extra_args` go to `up` (e.g. an HTTP
@@ -66,8 +63,8 @@ class Mesh:
             pass
 
     def readings(self) -> dict[str, StageReading]:
-        """Each process's engine counters (thinker, talker) and CPU times now, by name (`stage_counters`)."""
-        return {name: read_stage(p["pid"], p["metrics_port"] if name in ENGINE_STAGES else None)
+        """Each process's step, queue and encoder counters and CPU times now, by name (`stage_counters`)."""
+        return {name: read_stage(p["pid"], p["metrics_port"] if p.get("metrics_port", -1) > 0 else None)
                 for name, p in self.ports.items()}
 
     def stop(self, timeout_s: float = 30.0) -> int | None:

@@ -1,9 +1,12 @@
-"""What each process of a mesh did over a measured phase: its engine's step histograms (from its /metrics) and the
-CPU its process, its asyncio thread and each of its threads used (from /proc).
+"""What each process of a mesh did over a measured phase: its engine's step histograms and its requests' queue and
+encoder histograms (from its /metrics), and the CPU its process, its asyncio thread and each of its threads used
+(from /proc).
 
 A mesh benchmark reads both when its phase starts and when it stops; the differences say how many engine steps ran,
 how long one took on average and how many rows it carried (the talker counts an iteration as a step and a frame as
-a batch), and how busy each process's event loop was: a loop near one core is a relay that holds the mesh back.
+a batch), how long a request waited for its first batch and how long an encoder forward took with how many items,
+and how busy each process's event loop was: a loop near one core is a relay that holds the mesh back. Together they
+say which stage a request's time to first token went to.
 """
 from __future__ import annotations
 
@@ -15,6 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.thinker.proc_cpu import CpuTimes, busiest_threads, cpu_times
 
 STEP_SERIES = ("omnimesh_step_time_seconds", "omnimesh_batch_size")
+# per request (queue) and per encoder forward: summarized as the phase's mean, in ms or items
+MEAN_SERIES = {"queue_ms_mean": ("omnimesh_queue_time_seconds", 1e3),
+               "encode_ms_mean": ("omnimesh_encoder_latency_seconds", 1e3),
+               "items_per_encode": ("omnimesh_encoder_items_per_batch", 1.0)}
+READ_SERIES = STEP_SERIES + tuple(name for name, _ in MEAN_SERIES.values())
 
 
 class StageReading(NamedTuple):
@@ -23,12 +31,12 @@ class StageReading(NamedTuple):
 
 
 def read_counters(metrics_port: int, timeout_s: float = 5.0) -> dict[str, float]:
-    """The `_sum` and `_count` of the stage's step histograms (summed over their labels)."""
+    """The `_sum` and `_count` of the stage's step, queue and encoder histograms (summed over their labels)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=timeout_s) as response:
         text = response.read().decode()
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name in STEP_SERIES:
+        if family.name in READ_SERIES:
             for sample in family.samples:
                 if sample.name.endswith(("_sum", "_count")):
                     out[sample.name] = out.get(sample.name, 0.0) + sample.value
@@ -44,8 +52,9 @@ def read_stage(pid: int, metrics_port: int | None) -> StageReading:
 
 
 def phase_summary(before: StageReading, after: StageReading, seconds: float) -> dict[str, Any]:
-    """Per second of the phase: engine steps and batches, with the mean step time and rows a batch; CPU seconds of
-    the process (all threads), of its asyncio thread and of its busiest thread names (name, threads, cores)."""
+    """Per second of the phase: engine steps and batches, with the mean step time and rows a batch (stages that
+    count steps); the mean queue time and encoder forward (stages that have them); CPU seconds of the process (all
+    threads), of its asyncio thread and of its busiest thread names (name, threads, cores)."""
     out: dict[str, Any] = {}
     if before.cpu is not None and after.cpu is not None:
         used = after.cpu - before.cpu
@@ -53,10 +62,15 @@ def phase_summary(before: StageReading, after: StageReading, seconds: float) -> 
                 "cpu_threads": [[name, count, cores] for name, count, cores in busiest_threads(used, seconds)]}
     if before.steps is not None and after.steps is not None:
         delta = {name: after.steps.get(name, 0.0) - before.steps.get(name, 0.0) for name in after.steps}
-        steps = delta.get("omnimesh_step_time_seconds_count", 0.0)
-        batches = delta.get("omnimesh_batch_size_count", 0.0)
-        out |= {"steps_per_s": steps / seconds,
-                "step_ms_mean": delta["omnimesh_step_time_seconds_sum"] / steps * 1e3 if steps else None,
-                "batches_per_s": batches / seconds,
-                "rows_per_batch": delta["omnimesh_batch_size_sum"] / batches if batches else None}
+        if "omnimesh_step_time_seconds_count" in delta:
+            steps = delta["omnimesh_step_time_seconds_count"]
+            batches = delta.get("omnimesh_batch_size_count", 0.0)
+            out |= {"steps_per_s": steps / seconds,
+                    "step_ms_mean": delta["omnimesh_step_time_seconds_sum"] / steps * 1e3 if steps else None,
+                    "batches_per_s": batches / seconds,
+                    "rows_per_batch": delta["omnimesh_batch_size_sum"] / batches if batches else None}
+        for key, (series, scale) in MEAN_SERIES.items():
+            count = delta.get(series + "_count")
+            if count is not None:
+                out[key] = delta[series + "_sum"] / count * scale if count else None
     return out

@@ -27,6 +27,21 @@ def test_phase_summary_divides_the_deltas() -> None:
                        "rows_per_batch": 4.0}
 
 
+def test_an_encoder_stage_gets_its_queue_and_forward_means_and_no_step_rates() -> None:
+    before = {"omnimesh_queue_time_seconds_sum": 1.0, "omnimesh_queue_time_seconds_count": 10.0,
+              "omnimesh_encoder_latency_seconds_sum": 0.5, "omnimesh_encoder_latency_seconds_count": 5.0,
+              "omnimesh_encoder_items_per_batch_sum": 10.0, "omnimesh_encoder_items_per_batch_count": 5.0}
+    after = {"omnimesh_queue_time_seconds_sum": 1.3, "omnimesh_queue_time_seconds_count": 20.0,
+             "omnimesh_encoder_latency_seconds_sum": 0.6, "omnimesh_encoder_latency_seconds_count": 9.0,
+             "omnimesh_encoder_items_per_batch_sum": 20.0, "omnimesh_encoder_items_per_batch_count": 9.0}
+    summary = phase_summary(StageReading(before, None), StageReading(after, None), seconds=1.0)
+    assert summary == {"queue_ms_mean": pytest.approx(30.0), "encode_ms_mean": pytest.approx(25.0),
+                       "items_per_encode": pytest.approx(2.5)}
+    # no request in the phase: the means are None, not a division by zero
+    assert phase_summary(StageReading(after, None), StageReading(after, None), seconds=1.0) == {
+        "queue_ms_mean": None, "encode_ms_mean": None, "items_per_encode": None}
+
+
 def test_a_phase_without_steps_has_no_means_and_a_process_without_an_engine_only_cpu() -> None:
     idle = StageReading(STEPS_BEFORE, None)
     assert phase_summary(idle, idle, seconds=1.0) == {"steps_per_s": 0.0, "step_ms_mean": None,
