@@ -45,4 +45,4 @@ class DecoderLayer(nn.Module):
             h, residual, logits = fused_add_rmsnorm_router(attn, residual, norm.weight, self.mlp.gate.weight, norm.eps)
             return self.mlp.forward_fused(h, logits), residual
         h, residual = fused_add_rmsnorm(attn, residual, norm.weight, norm.eps)
-        return self.mlp(h), residual
+        return self.mlp.forward_fused(h), residual

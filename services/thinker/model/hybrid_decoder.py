@@ -64,4 +64,4 @@ class HybridDecoderLayer(nn.Module):
                                                            norm.eps, zero_centred=True)
             return self.mlp.forward_fused(h, logits), residual
         h, residual = fused_add_rmsnorm(mixed, residual, norm.weight, norm.eps, zero_centred=True)
-        return self.mlp(h), residual
+        return self.mlp.forward_fused(h), residual

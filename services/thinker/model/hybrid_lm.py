@@ -24,7 +24,9 @@ from services.thinker.model.hybrid_norms import ZeroCentredRMSNorm
 from services.thinker.model.kernel_path import build_from_state, kernel_attention
 from services.thinker.model.linear_state import LinearStateCache, StateContext
 from services.thinker.model.lm import DeepstackInput, LMOutput
+from services.thinker.model.mlp import DenseMLP
 from services.thinker.model.rope import MRoPE
+from services.thinker.model.shared_moe import SharedExpertMoE
 
 # Qwen3_5(Moe)ForConditionalGeneration's layout; checkpoints' `mtp.*` weights sit outside it and are never read
 LM_PREFIX, HEAD_PREFIX = "model.language_model.", "lm_head."
@@ -59,13 +61,15 @@ class HybridLM(nn.Module):
 
     def enable_kernels(self) -> None:
         """Paged attention and the MoE on runtime.kernels (their references off CUDA), each DeltaNet layer's input
-        projections as one GEMM; the delta rule picks fla by itself on CUDA."""
+        projections and each dense MLP's gate/up as one GEMM; the delta rule picks fla by itself on CUDA."""
         for layer in self.layers:
             if layer.is_linear:
                 layer.linear_attn.fuse_in_proj()
             elif layer.self_attn.backend is paged_attention:
                 layer.self_attn.backend = kernel_attention
-            layer.fused_moe = hasattr(layer.mlp, "forward_fused")
+            layer.fused_moe = isinstance(layer.mlp, SharedExpertMoE)
+            if isinstance(layer.mlp, DenseMLP):
+                layer.mlp.fuse_gate_up()
         self.use_kernels = True
 
     def allocate_states(self, num_slots: int, device: torch.device | str) -> LinearStateCache:

@@ -19,6 +19,7 @@ from services.thinker.model.checkpoint import load_thinker_state_dict
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.decoder import DecoderLayer
 from services.thinker.model.kernel_path import build_from_state, kernel_attention
+from services.thinker.model.mlp import DenseMLP
 from runtime.layers.rms_norm import RMSNorm
 from services.thinker.model.rope import MRoPE
 
@@ -78,12 +79,14 @@ class ThinkerLM(nn.Module):
         return build_from_state(lambda: cls(cfg, backend), state, device, use_kernels)
 
     def enable_kernels(self) -> None:
-        """Switch forward to the GPU path: q/k/v weights fused into one GEMM (as views, no second copy) and the
-        Triton paged attention unless a custom backend was given. Off CUDA the kernels fall back to their
-        references, which keeps this path testable on CPU."""
+        """Switch forward to the GPU path: q/k/v weights, and a dense MLP's gate/up, fused into one GEMM each (as
+        views, no second copy) and the Triton paged attention unless a custom backend was given. Off CUDA the
+        kernels fall back to their references, which keeps this path testable on CPU."""
         for layer in self.layers:
             attn = layer.self_attn
             attn.fuse_qkv()
+            if isinstance(layer.mlp, DenseMLP):
+                layer.mlp.fuse_gate_up()
             if attn.backend is paged_attention:
                 attn.backend = kernel_attention
         self.use_kernels = True

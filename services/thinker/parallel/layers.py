@@ -34,6 +34,9 @@ class ParallelDenseMLP(DenseMLP):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.group.all_reduce(super().forward(x))
 
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        return self.group.all_reduce(super().forward_fused(x))
+
 
 class ParallelSparseMoE(SparseMoE):
     """Experts split by tensor: every rank holds every expert's slice of the intermediate dim and routes every token

@@ -1,4 +1,5 @@
-"""Thinker building blocks: M-RoPE frequency axes, MoE against a naive per-token sum, expert fusion, forward guards."""
+"""Thinker building blocks: M-RoPE frequency axes, MoE against a naive per-token sum, expert fusion, the dense MLP's
+gate/up fusion, forward guards."""
 from __future__ import annotations
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 from runtime.attention import allocate_kv_cache, build_attention_context
 from services.thinker.model import DeepstackInput, ThinkerConfig, ThinkerLM
 from services.thinker.model.checkpoint import fuse_experts
+from services.thinker.model.mlp import DenseMLP
 from services.thinker.model.moe import SparseMoE
 from services.thinker.model.rope import frequency_axes
 from tests.unit.thinker_model.thinker_tiny_config import tiny_config
@@ -76,6 +78,23 @@ def test_dense_mlp_layers_and_chunked_prefill() -> None:
     one_shot = run_prefill(model, tokens, [11])
     assert one_shot.dtype == torch.float32 and one_shot.shape == (11, 256)
     torch.testing.assert_close(run_prefill(model, tokens, [4, 6, 1]), one_shot, rtol=1e-5, atol=1e-6)
+
+
+def test_dense_mlp_gate_up_fusion_shares_its_weights_and_keeps_the_output() -> None:
+    torch.manual_seed(0)
+    mlp = DenseMLP(16, 24).requires_grad_(False)
+    x = torch.randn(5, 16)
+    want = mlp(x)
+    keys = set(mlp.state_dict())
+    assert torch.allclose(mlp.forward_fused(x), want, atol=1e-6)  # fuses on first use
+    fused = mlp.gate_up_weight
+    assert fused is not None and fused.shape == (48, 16)
+    # gate/up are views of the fused weight: one copy, and a later in-place load reaches the fused GEMM
+    assert mlp.gate_proj.weight.data_ptr() == fused.data_ptr()
+    assert mlp.up_proj.weight.data_ptr() == fused[24:].data_ptr()
+    mlp.up_proj.weight.mul_(2.0)
+    assert torch.allclose(mlp.forward_fused(x), mlp(x), atol=1e-6)
+    assert set(mlp.state_dict()) == keys  # checkpoints still see gate_proj / up_proj
 
 
 def test_forward_guards() -> None:
