@@ -24,12 +24,12 @@ for lv in d["levels"]:
     st = lv.get("stages_whole_level", {})
     th = st.get("thinker", {})
     lat = "/".join(str(r(lv.get(f"latency_ms_p{q}"))) for q in (50, 95, 99))
-    loops = [r(st.get(s, {}).get("cpu_event_loop"), 2) for s in ("gateway", "thinker", "audio")]
+    loops = [r(st.get(s, {}).get("cpu_event_loop"), 2) for s in ("client", "gateway", "thinker", "audio")]
     print(f"  c {lv['concurrency']:>3}: {r(lv.get('requests_per_s'))} req/s, {r(lv.get('output_tok_s'), 0)} tok/s,"
           f" latency p50/p95/p99 {lat} ms, ttft p50 {r(lv.get('ttft_ms_p50'))} ms,"
           f" tokens {lv.get('tokens_per_request')}, prompt {lv.get('prompt_tokens')},"
           f" thinker step {r(th.get('step_ms_mean'), 2)} ms x {r(th.get('rows_per_batch'))} rows,"
-          f" event loops gw/th/au {loops}")
+          f" event loops client/gw/th/au {loops}")
     au = st.get("audio", {})
     print(f"         queue ms audio/thinker {r(au.get('queue_ms_mean'))}/{r(th.get('queue_ms_mean'))},"
           f" audio forward {r(au.get('encode_ms_mean'))} ms x {r(au.get('items_per_encode'))} clips")
