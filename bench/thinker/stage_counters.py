@@ -21,8 +21,12 @@ STEP_SERIES = ("omnimesh_step_time_seconds", "omnimesh_batch_size")
 # per request (queue) and per encoder forward: summarized as the phase's mean, in ms or items
 MEAN_SERIES = {"queue_ms_mean": ("omnimesh_queue_time_seconds", 1e3),
                "encode_ms_mean": ("omnimesh_encoder_latency_seconds", 1e3),
-               "items_per_encode": ("omnimesh_encoder_items_per_batch", 1.0)}
+               "items_per_encode": ("omnimesh_encoder_items_per_batch", 1.0),
+               "ttft_ms_mean": ("omnimesh_time_to_first_token_seconds", 1e3)}  # the gateway's, from its arrival
 READ_SERIES = STEP_SERIES + tuple(name for name, _ in MEAN_SERIES.values())
+# the gateway's seconds moving payloads on each stage edge, per label pair: summarized per request it answered
+EDGE_SERIES = "omnimesh_edge_seconds"
+EDGE_KEY = "edge:{from_stage}->{to_stage}"
 
 
 class StageReading(NamedTuple):
@@ -31,7 +35,8 @@ class StageReading(NamedTuple):
 
 
 def read_counters(metrics_port: int, timeout_s: float = 5.0) -> dict[str, float]:
-    """The `_sum` and `_count` of the stage's step, queue and encoder histograms (summed over their labels)."""
+    """The `_sum` and `_count` of the stage's step, queue, encoder and first-token histograms (summed over their
+    labels), and the gateway's edge seconds by edge (`EDGE_KEY`)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=timeout_s) as response:
         text = response.read().decode()
     out: dict[str, float] = {}
@@ -40,6 +45,11 @@ def read_counters(metrics_port: int, timeout_s: float = 5.0) -> dict[str, float]
             for sample in family.samples:
                 if sample.name.endswith(("_sum", "_count")):
                     out[sample.name] = out.get(sample.name, 0.0) + sample.value
+        elif family.name == EDGE_SERIES:
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    key = EDGE_KEY.format(**sample.labels)
+                    out[key] = out.get(key, 0.0) + sample.value
     return out
 
 
@@ -53,8 +63,9 @@ def read_stage(pid: int, metrics_port: int | None) -> StageReading:
 
 def phase_summary(before: StageReading, after: StageReading, seconds: float) -> dict[str, Any]:
     """Per second of the phase: engine steps and batches, with the mean step time and rows a batch (stages that
-    count steps); the mean queue time and encoder forward (stages that have them); CPU seconds of the process (all
-    threads), of its asyncio thread and of its busiest thread names (name, threads, cores)."""
+    count steps); the mean queue time, encoder forward and first token (stages that have them), and the gateway's
+    edge seconds per request it answered; CPU seconds of the process (all threads), of its asyncio thread and of its
+    busiest thread names (name, threads, cores)."""
     out: dict[str, Any] = {}
     if before.cpu is not None and after.cpu is not None:
         used = after.cpu - before.cpu
@@ -73,4 +84,8 @@ def phase_summary(before: StageReading, after: StageReading, seconds: float) -> 
             count = delta.get(series + "_count")
             if count is not None:
                 out[key] = delta[series + "_sum"] / count * scale if count else None
+        answered = delta.get("omnimesh_time_to_first_token_seconds_count")
+        edges = {key.removeprefix("edge:"): seconds for key, seconds in delta.items() if key.startswith("edge:")}
+        if edges and answered:
+            out["edge_ms_per_request"] = {edge: seconds / answered * 1e3 for edge, seconds in sorted(edges.items())}
     return out

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from bench.thinker.proc_cpu import CpuTimes, ThreadTime
-from bench.thinker.stage_counters import StageReading, phase_summary, read_stage
+from bench.thinker.stage_counters import StageReading, phase_summary, read_counters, read_stage
 
 STEPS_BEFORE = {"omnimesh_step_time_seconds_sum": 1.0, "omnimesh_step_time_seconds_count": 100.0,
                 "omnimesh_batch_size_sum": 300.0, "omnimesh_batch_size_count": 100.0}
@@ -40,6 +40,33 @@ def test_an_encoder_stage_gets_its_queue_and_forward_means_and_no_step_rates() -
     # no request in the phase: the means are None, not a division by zero
     assert phase_summary(StageReading(after, None), StageReading(after, None), seconds=1.0) == {
         "queue_ms_mean": None, "encode_ms_mean": None, "items_per_encode": None}
+
+
+def test_the_gateway_gets_its_first_token_mean_and_edge_seconds_per_request() -> None:
+    before = {"omnimesh_time_to_first_token_seconds_sum": 1.0, "omnimesh_time_to_first_token_seconds_count": 10.0,
+              "edge:gateway->audio": 0.5, "edge:audio->gateway": 0.2}
+    after = {"omnimesh_time_to_first_token_seconds_sum": 3.0, "omnimesh_time_to_first_token_seconds_count": 50.0,
+             "edge:gateway->audio": 0.9, "edge:audio->gateway": 0.6, "edge:gateway->thinker": 0.04}
+    summary = phase_summary(StageReading(before, None), StageReading(after, None), seconds=1.0)
+    assert summary["ttft_ms_mean"] == pytest.approx(50.0)
+    assert summary["edge_ms_per_request"] == pytest.approx(
+        {"audio->gateway": 10.0, "gateway->audio": 10.0, "gateway->thinker": 1.0})
+
+
+def test_read_counters_keys_the_edge_seconds_by_edge() -> None:
+    from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+    registry = CollectorRegistry()
+    edge = Counter("omnimesh_edge_seconds", "edge seconds", ("from_stage", "to_stage"), registry=registry)
+    edge.labels("gateway", "audio").inc(0.25)
+    edge.labels("audio", "gateway").inc(0.5)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        counters = read_counters(server.server_address[1])
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+    assert counters == {"edge:gateway->audio": 0.25, "edge:audio->gateway": 0.5}
 
 
 def test_a_phase_without_steps_has_no_means_and_a_process_without_an_engine_only_cpu() -> None:
