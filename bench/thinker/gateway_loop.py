@@ -20,6 +20,8 @@ from bench.thinker.workload import RequestRecord, summarize
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 
 MESH_PREFIX = "OMNIMESH_MESH "
+
+
 class Mesh:
     """`python -m gateway.cli.main up` on a model dir; stderr goes to `log`. By default a thinker-only deployment
     (text->text); `stages` adds sections (e.g. `{"talker": {...}}` for speech), `extra_args` go to `up` (e.g. an HTTP
