@@ -1,8 +1,9 @@
 """`EncodeBatcher`: gathers items from concurrent requests into one encoder call, within a size budget.
 
 Pure asyncio, shared by the encoder stages (vision counts patches, audio its own unit): the first waiting item
-opens a batch; items that arrive within `max_wait_s` join it while the batch stays under `max_batch_size` (a lone
-item over the budget still runs, alone). The encode function runs in a worker thread so the event loop keeps
+opens a batch; items that arrive within `max_wait_s` of it join it while the batch stays under `max_batch_size` (a
+lone item over the budget still runs, alone). Items that queued while a forward ran form the next batch as soon as
+it ends, without a further wait. The encode function runs in a worker thread so the event loop keeps
 serving; its per-item results resolve each caller's future. An item whose caller was cancelled before its batch
 started is dropped. A failed encode fails its batch's callers only; one that `is_fatal` names (a device fault) is
 also kept as `fatal_error`, for the stage's health.
@@ -140,9 +141,12 @@ class EncodeBatcher(Generic[Item, Result]):
         first = self.carry or await self.queue.get()
         self.carry = None
         batch, budget = [first], self.max_batch_size - first.size
-        deadline = asyncio.get_running_loop().time() + self.max_wait_s
+        # the wait counts from the first item's arrival, not from now: an item that queued behind a forward has
+        # waited already, so it goes with whatever else is queued as soon as the encoder is free (under load the
+        # encoder never idles max_wait_s between forwards)
+        deadline = first.enqueued_at + self.max_wait_s
         while budget > 0:
-            timeout = deadline - asyncio.get_running_loop().time()
+            timeout = deadline - time.monotonic()
             try:
                 nxt = self.queue.get_nowait() if timeout <= 0 else await asyncio.wait_for(self.queue.get(), timeout)
             except (asyncio.QueueEmpty, asyncio.TimeoutError):

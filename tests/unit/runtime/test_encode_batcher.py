@@ -54,6 +54,28 @@ def test_budget_splits_batches_and_keeps_order() -> None:
     asyncio.run(scenario())
 
 
+def test_an_item_that_queued_behind_a_forward_does_not_wait_again() -> None:
+    """max_wait_s counts from the first item's arrival: item 1 arrives while item 2's forward runs (held 0.6 s by
+    the gate), so its 0.5 s wait is over when that forward ends and its batch starts at once, not 0.5 s later."""
+    async def scenario() -> None:
+        gate = threading.Event()
+        encoder = FakeEncoder(gate=gate)
+        batcher = make(encoder, wait=0.5, budget=2)
+        full = asyncio.ensure_future(batcher.submit_timed(2))  # fills the budget: runs at once
+        await asyncio.sleep(0.05)
+        behind = asyncio.ensure_future(batcher.submit_timed(1))  # room for one more: would wait for company
+        await asyncio.sleep(0.55)
+        gate.set()
+        t_full, t_behind = await full, await behind
+        await batcher.stop()
+        assert encoder.batches == [[2], [1]] and t_behind.batch_index == 1
+        assert t_full.queue_seconds < 0.3
+        # ~0.55 s behind the forward; a wait counted from the forward's end would make it ~1.05 s
+        assert 0.4 < t_behind.queue_seconds < 0.85, t_behind
+
+    asyncio.run(scenario())
+
+
 def test_encoder_error_reaches_every_caller_of_the_batch() -> None:
     async def scenario() -> None:
         encoder = FakeEncoder(fail_on=2)
