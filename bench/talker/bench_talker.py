@@ -84,8 +84,21 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+# Row i's words and streamed text are drawn from its own seed over a wide id range: rows of one batch share no
+# inputs, as concurrent requests do not. Shared ones (each row's words one id off its neighbour's, every row fed the
+# same text token at each step) make a batch's hidden states alike, which routes it to fewer experts than a
+# trained router would (the routing rule in docs/benchmarks.md).
+WORD_IDS = (1000, 150000)
+
+
+def row_tokens(i: int, count: int, stream: int) -> list[int]:
+    """`count` word ids of row i: its prompt's (stream 0) or the text it is fed while speaking (stream 1)."""
+    gen = torch.Generator().manual_seed(1_000_003 * i + stream)
+    return torch.randint(*WORD_IDS, (count,), generator=gen).tolist()
+
+
 def prompt(i: int, words: int) -> SpeechPrompt:
-    ids = [IM_START, USER, NEWLINE, *range(1000 + i, 1000 + i + words), IM_END, NEWLINE, IM_START, ASSISTANT, NEWLINE]
+    ids = [IM_START, USER, NEWLINE, *row_tokens(i, words, 0), IM_END, NEWLINE, IM_START, ASSISTANT, NEWLINE]
     return SpeechPrompt(ids, VOICES[i % len(VOICES)])
 
 
@@ -96,9 +109,9 @@ def full_batch(model: TalkerModel, batch: int, frames: int, fast: bool) -> tuple
     runner.capture_graphs()
     runner.suppress[model.cfg.tokens.codec_eos] = True
     states = [runner.start(prompt(i, 20), 500 + i, TalkerSampling(seed=i), max_frames=10**6) for i in range(batch)]
-    for s in states:
-        for t in range(frames + 1):
-            s.push_text(2000 + t)
+    for i, s in enumerate(states):
+        for token in row_tokens(i, frames + 1, 1):
+            s.push_text(token)
     return runner, states
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from bench.moe_routing import validate_routing_record
-from bench.talker.bench_talker import calibrate_routing, random_model, routing
+from bench.talker.bench_talker import calibrate_routing, prompt, random_model, routing, row_tokens
 from runtime.checkpoint.demo_config import demo_config
 from services.talker.model.config import parse_talker_config
 from services.talker.model.fused import talker_weights
@@ -28,3 +28,15 @@ def test_calibrated_routers_read_closer_to_uniform_and_the_fused_path_sees_them(
     assert done["tokens_per_router_pass"] > 0
     fused = talker_weights(model.lm)
     assert all(w.router.data_ptr() == layer.mlp.gate.weight.data_ptr() for w, layer in zip(fused, model.lm.layers))
+
+
+def test_rows_of_a_batch_share_no_words_and_draw_the_same_ones_every_run() -> None:
+    """The routing rule: a batch whose rows see the same tokens routes to fewer experts than a trained router."""
+    prompts = [set(prompt(i, 20).prompt_ids) for i in range(8)]
+    texts = [row_tokens(i, 64, 1) for i in range(8)]
+    header = prompts[0] & prompts[1] & prompts[2]  # the chat template's own tokens
+    for i in range(8):
+        for j in range(i + 1, 8):
+            assert len((prompts[i] & prompts[j]) - header) <= 1  # 20 draws from ~149k ids: a collision is rare
+            assert sum(a == b for a, b in zip(texts[i], texts[j])) <= 1
+    assert row_tokens(3, 64, 1) == texts[3] and row_tokens(3, 20, 0) != row_tokens(3, 20, 1)[:20]
