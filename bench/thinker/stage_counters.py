@@ -85,7 +85,7 @@ def phase_summary(before: StageReading, after: StageReading, seconds: float) -> 
             if count is not None:
                 out[key] = delta[series + "_sum"] / count * scale if count else None
         answered = delta.get("omnimesh_time_to_first_token_seconds_count")
-        edges = {key.removeprefix("edge:"): seconds for key, seconds in delta.items() if key.startswith("edge:")}
+        edges = {key.removeprefix("edge:"): spent for key, spent in delta.items() if key.startswith("edge:")}
         if edges and answered:
-            out["edge_ms_per_request"] = {edge: seconds / answered * 1e3 for edge, seconds in sorted(edges.items())}
+            out["edge_ms_per_request"] = {edge: spent / answered * 1e3 for edge, spent in sorted(edges.items())}
     return out
