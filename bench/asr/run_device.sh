@@ -30,11 +30,11 @@ for lv in d["levels"]:
           f" tokens {lv.get('tokens_per_request')}, prompt {lv.get('prompt_tokens')},"
           f" thinker step {r(th.get('step_ms_mean'), 2)} ms x {r(th.get('rows_per_batch'))} rows,"
           f" event loops client/gw/th/au {loops}")
-    au = st.get("audio", {})
-    ms = {k: r(v, 2) for k, v in st.get("gateway", {}).get("edge_ms_per_request", {}).items()}
+    au, gw = st.get("audio", {}), st.get("gateway", {})
+    ms = {k: r(v, 2) for k, v in gw.get("edge_ms_per_request", {}).items()}
     print(f"         queue ms audio/thinker {r(au.get('queue_ms_mean'))}/{r(th.get('queue_ms_mean'))},"
           f" audio forward {r(au.get('encode_ms_mean'))} ms x {r(au.get('items_per_encode'))} clips,"
-          f" gateway ttft {r(st.get('gateway', {}).get('ttft_ms_mean'))} ms, gateway edges ms a request"
+          f" gateway ttft {r(gw.get('ttft_ms_mean'))} ms, gateway edges ms a request"
           f" {ms} ")
 print("summary", json.dumps(d["summary"]))
 if "error" in d:

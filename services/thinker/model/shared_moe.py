@@ -28,8 +28,9 @@ class SharedExpertMoE(SparseMoE):
         already computed."""
         if self._fused_shared is None:
             mlp = self.shared_expert
-            self._fused_shared = SharedExpert(torch.cat((mlp.gate_proj.weight, mlp.up_proj.weight)),
-                                              mlp.down_proj.weight, self.shared_expert_gate.weight)
+            if mlp.gate_up_weight is None:
+                mlp.fuse_gate_up()  # its [gate; up] rows become the one copy, as for a dense layer
+            self._fused_shared = SharedExpert(mlp.gate_up_weight, mlp.down_proj.weight, self.shared_expert_gate.weight)
         if logits is None:
             return fused_moe(x, self.gate.weight, self.gate_up_proj, self.down_proj, self.top_k,
                              self.norm_topk_prob, shared=self._fused_shared)

@@ -56,6 +56,10 @@ def test_kernel_path_on_cpu_matches_reference_path(hybrid_ckpt, hybrid_lm: Hybri
         for e, a in zip(expected, actual):
             torch.testing.assert_close(a, e, **TOL)
         feeds = [(seq, [int(e[-1].argmax())]) for seq, e in enumerate(expected)]
+    for layer in fused.layers:  # each fused gate/up GEMM reads the layer's own weights, not a second copy
+        mlp = getattr(layer.mlp, "shared_expert", layer.mlp)
+        gate_up = layer.mlp._fused_shared.gate_up_proj if mlp is not layer.mlp else mlp.gate_up_weight
+        assert gate_up.data_ptr() == mlp.gate_proj.weight.data_ptr()
 
 
 @pytest.mark.parametrize("moe", [False, True])
