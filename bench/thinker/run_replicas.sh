@@ -11,7 +11,7 @@ SECONDS=0
 timeout "${BENCH_S:-560}" python3 bench/thinker/bench_replicas.py --random-weights --devices cuda:0 cuda:0 \
   --kv-cache-gib 6 ${EXTRA:-} --out "$OUT/thinker-replicas-h200.json" > "$OUT/thinker-replicas.log" 2>&1
 rc=$?
-pkill -f "gateway" ; pkill -f "services\." ; rm -rf /dev/shm/thinker-random-*
+pkill -f -- "-m (gateway|services\.)" ; rm -rf /dev/shm/thinker-random-*
 echo "bench done at ${SECONDS}s (rc $rc)"
 tail -8 "$OUT/thinker-replicas.log"
 [ -f "$OUT/thinker-replicas-h200.json" ] || exit 1
