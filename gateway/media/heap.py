@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 
+@functools.cache  # find_library runs `ldconfig -p` in a subprocess each call
 def _glibc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     libc = ctypes.CDLL(name) if name else None
