@@ -45,14 +45,15 @@ class Shape(NamedTuple):
 
 
 def decode_shapes() -> list[Shape]:
-    """The linears of one decode step at the released dims (bench/thinker/random_model.py and
-    bench/talker/bench_talker.py `real_config`; the fused weights of services/talker/model/fused.py and the
+    """The linears of one decode step at the released dims (bench/thinker/random_model.py,
+    bench/talker/bench_talker.py and bench/asr/checkpoint.py `real_config`; the fused weights of services/talker/model/fused.py and the
     Thinker's fused q/k/v), head_dim 128 everywhere."""
     hd = 128
     pred_q, pred_kv, pred_inter, codebook = 16 * hd, 8 * hd, 3072, 2048  # code predictor, hidden 1024
     talk_q, talk_kv, shared, vocab = 16 * hd, 2 * hd, 768, 3072  # talker, hidden 1024
     shared_rows = 2 * shared + 1 + (-(2 * shared + 1) % 8)  # [gate_proj; up_proj; gate; zero rows to 8]
     think_q, think_kv = 32 * hd, 4 * hd  # thinker, hidden 2048
+    asr_q, asr_kv, asr_inter = 16 * hd, 8 * hd, 6144  # Qwen3-ASR-1.7B's dense decoder, hidden 2048
     return [
         Shape("predictor.qkv", pred_q + 2 * pred_kv, 1024), Shape("predictor.o", 1024, pred_q),
         Shape("predictor.gate_up", 2 * pred_inter, 1024),
@@ -64,6 +65,8 @@ def decode_shapes() -> list[Shape]:
         Shape("talker.shared_down", 1024, shared), Shape("talker.codec_head", vocab, 1024),
         Shape("thinker.q", think_q, 2048), Shape("thinker.k", think_kv, 2048),
         Shape("thinker.qkv", think_q + 2 * think_kv, 2048), Shape("thinker.o", 2048, think_q),
+        Shape("asr.qkv", asr_q + 2 * asr_kv, 2048), Shape("asr.o", 2048, asr_q),
+        Shape("asr.gate_up+silu", 2 * asr_inter, 2048, Epilogue.SILU_MUL), Shape("asr.down", 2048, asr_inter),
     ]
 
 
