@@ -10,6 +10,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from gateway.media.wav import parse_wav, read_wav
 from runtime.errors import InvalidArgument
 from runtime.audio_lengths import HOP_LENGTH, audio_token_count, mel_frame_count
 
@@ -79,7 +80,13 @@ def _too_long(field: str, seconds: float, max_seconds: float) -> InvalidArgument
 
 
 def _decode_soundfile(data: bytes, field: str, max_seconds: float) -> tuple[np.ndarray, int]:
-    """WAV, FLAC, OGG and MP3 through libsndfile, reading at most one frame past the cap."""
+    """WAV, FLAC, OGG and MP3 through libsndfile, reading at most one frame past the cap; PCM and float WAV read
+    by numpy instead (wav.py says why)."""
+    if (wav := parse_wav(data)) is not None:
+        limit = int(max_seconds * wav.rate)
+        if wav.frames > limit:
+            raise _too_long(field, wav.seconds, max_seconds)
+        return read_wav(data, wav, limit), wav.rate
     with sf.SoundFile(io.BytesIO(data)) as f:
         rate = f.samplerate
         limit = int(max_seconds * rate)
@@ -153,6 +160,8 @@ def resample(x: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
 
 def header_seconds(data: bytes) -> float:
     """A file's duration from its header alone (0 when no header says): decides whether to decode it here."""
+    if (wav := parse_wav(data)) is not None:
+        return wav.seconds
     try:
         return float(sf.info(io.BytesIO(data)).duration)
     except (sf.LibsndfileError, RuntimeError, TypeError):

@@ -14,6 +14,7 @@ import soundfile as sf
 
 from runtime.errors import InvalidArgument
 from gateway.media.audio import TARGET_RATE
+from gateway.media.wav import parse_wav
 from gateway.media.vision import (VisionMediaConfig, duration_seconds, open_image, open_video, target_size,
                                   video_size)
 
@@ -53,6 +54,8 @@ def video_bytes(data: bytes, field: str, cfg: VisionMediaConfig) -> int:
 def audio_bytes(data: bytes, max_seconds: float) -> int:
     """A clip's samples at its source rate and channels, then at 16 kHz mono."""
     seconds, rate, channels = max_seconds, WORST_SOURCE_RATE, WORST_CHANNELS
+    if (wav := parse_wav(data)) is not None:
+        return _audio_bytes(wav.seconds, wav.rate, wav.channels, max_seconds)
     try:
         info = sf.info(io.BytesIO(data))
         seconds, rate, channels = info.duration, info.samplerate, info.channels
@@ -66,5 +69,9 @@ def audio_bytes(data: bytes, max_seconds: float) -> int:
                     seconds = container.duration / av.time_base
         except (av.FFmpegError, ValueError, UnicodeDecodeError):
             pass
+    return _audio_bytes(seconds, rate, channels, max_seconds)
+
+
+def _audio_bytes(seconds: float, rate: int, channels: int, max_seconds: float) -> int:
     seconds = min(max(seconds, 0.0), max_seconds)
     return int(seconds * (rate * channels + TARGET_RATE) * FLOAT32 * COPIES)
