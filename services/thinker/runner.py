@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Packed:
     token_ids: list[int]
-    positions: list[torch.Tensor]  # per row [3, n]
+    positions: list[torch.Tensor | range]  # per row: [3, n] prompt positions, or a range of generated ones
     media_rows: list[int]  # rows of x replaced by media embeddings
     media_values: list[torch.Tensor]  # one [n, H] slice per media span in this step, rows in media_rows' order
     visual_rows: list[int]  # rows that receive deepstack features
@@ -40,6 +40,23 @@ class _Packed:
     capture: list[tuple[ThinkerRequest, int, int]]  # (request, prompt index, packed row) to keep for the talker
     pending_rows: list[int]  # packed rows whose token is still being drawn on the device (PENDING_TOKEN)
     pending_from: list[int]  # each one's row of PendingTokens.tokens
+
+    def position_table(self) -> torch.Tensor:
+        """[3, T] on the host: each run of generated rows' positions made one tensor, not five small ops a row (at
+        20 decode rows that was a sixth of the thinker's engine thread, py-spy on an H100)."""
+        pieces: list[torch.Tensor] = []
+        run: list[int] = []
+        for piece in self.positions:
+            if isinstance(piece, range):
+                run.extend(piece)
+                continue
+            if run:
+                pieces.append(torch.tensor(run, dtype=torch.long).expand(3, -1))
+                run = []
+            pieces.append(piece)
+        if run:
+            pieces.append(torch.tensor(run, dtype=torch.long).expand(3, -1))
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
 
 
 class ThinkerRunner:
@@ -146,7 +163,7 @@ class ThinkerRunner:
             kv_lens=[r.seq.num_computed_tokens + r.num_tokens for r in batch.rows],
             block_tables=[r.seq.block_table for r in batch.rows],
             block_size=self.block_size, device=self.device)
-        positions = to_device(torch.cat(packed.positions, dim=1), self.device)  # [3, T]
+        positions = to_device(packed.position_table(), self.device)  # [3, T]
         capture_layer = self.model.cfg.accept_hidden_layer if packed.capture else None
         if self.states is not None:
             self._copy_states(batch, restore=True)
@@ -172,7 +189,7 @@ class ThinkerRunner:
             self.eager_steps += 1
             return None
         kv_lens = [r.seq.num_computed_tokens + r.num_tokens for r in batch.rows]
-        positions = torch.cat(packed.positions, dim=1)  # [3, T] on the host
+        positions = packed.position_table()
         media = self._media_values(packed, graph.media.values.dtype) if packed.media_rows else None
         self.graphs.prepare(graph, packed.token_ids, positions, q_lens, kv_lens, tables, packed.media_rows, media)
         self._fill_pending(graph.ids, packed, pending)
@@ -282,8 +299,11 @@ def _pack_span(p: _Packed, req: ThinkerRequest, m: MediaInput, lo: int, hi: int,
         p.capture.extend((req, i, i + shift) for i in range(lo, hi) if i not in req.talker_states)
 
 
-def _positions(req: ThinkerRequest, num_prompt: int, start: int, stop: int) -> torch.Tensor:
-    """[3, stop - start]: prompt rows from the request's M-RoPE table, generated rows at index + rope_delta."""
+def _positions(req: ThinkerRequest, num_prompt: int, start: int, stop: int) -> torch.Tensor | range:
+    """[3, stop - start]: prompt rows from the request's M-RoPE table, generated rows at index + rope_delta (the
+    same on the three axes: a range when the rows are all generated, as every decode row's are)."""
+    if start >= num_prompt:
+        return range(start + req.rope_delta, stop + req.rope_delta)
     parts = []
     if start < num_prompt:
         parts.append(req.positions[:, start:min(stop, num_prompt)])
