@@ -56,7 +56,8 @@ class _Packed:
             pieces.append(piece)
         if run:
             pieces.append(torch.tensor(run, dtype=torch.long).expand(3, -1))
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+        # one piece is a view (an expanded run, a slice of the request's table): to_device's pinned copy needs it dense
+        return pieces[0].contiguous() if len(pieces) == 1 else torch.cat(pieces, dim=1)
 
 
 class ThinkerRunner:

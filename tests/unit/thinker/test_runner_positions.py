@@ -20,7 +20,9 @@ def expected(req: Request, num_prompt: int, start: int, stop: int) -> torch.Tens
 
 def table(rows: list[tuple[Request, int, int, int]]) -> torch.Tensor:
     packed = _Packed([], [_positions(*row) for row in rows], [], [], [], [], [], [], [])
-    return packed.position_table()
+    out = packed.position_table()
+    assert out.is_contiguous()  # to_device copies it into pinned memory of its own strides
+    return out
 
 
 def test_decode_rows_prefill_chunks_and_a_chunk_that_crosses_into_generated_rows() -> None:
