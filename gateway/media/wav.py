@@ -1,8 +1,8 @@
 """Uncompressed WAV (PCM 8/16/24/32-bit, IEEE float 32/64-bit) read straight from its bytes with numpy.
 
 libsndfile reads an in-memory file through Python callbacks, each of which takes the GIL: at 130 Transcribe
-requests/s on an H100 the gateway's decoding threads kept its event loop waiting for the GIL a quarter of the time
-it ran (py-spy, bench/asr/NOTES.md). WAV, what a speech client sends most, needs no codec: its header is a few
+requests/s on an H100 the gateway's decoding threads spent most of their time waiting for the GIL in those callbacks
+and kept the event loop waiting for it 15% of the time it ran (py-spy, bench/asr/NOTES.md). WAV, what a speech client sends most, needs no codec: its header is a few
 chunks and its samples one array. Anything this does not recognise exactly (RF64, compressed formats, a data chunk
 longer than the file, an odd block layout) returns None and goes to libsndfile as before. The samples equal
 libsndfile's float conversion bit for bit (tests/unit/gateway/test_wav.py).
