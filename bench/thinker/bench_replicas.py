@@ -53,6 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     which.add_argument("--random-weights", action="store_true", help="released dims, random bf16 weights with "
                        "balanced routing, written as a checkpoint first (the default off --tiny and --model)")
     which.add_argument("--model", type=Path, help="a checkpoint directory")
+    p.add_argument("--layers", type=int, default=None, help="--random-weights with this many decoder layers instead of "
+                   "48 (a smaller GPU holds two replicas; each result records it)")
     p.add_argument("--ckpt-dir", type=Path, help="where --random-weights writes (default: /dev/shm or tmp)")
     p.add_argument("--devices", nargs="+", default=None, help="one per replica (default: cuda:0 cuda:0; cpu cpu "
                    "with --tiny)")
@@ -83,6 +85,8 @@ def random_checkpoint(args: argparse.Namespace, template_dir: Path) -> tuple[Pat
     from bench.thinker.random_model import random_model, real_config, write_checkpoint
 
     config, device, dtype = real_config(), torch.device("cuda"), torch.bfloat16
+    if args.layers:
+        config["thinker_config"]["text_config"]["num_hidden_layers"] = args.layers
     model = random_model(config, device, dtype)
     calibration = balance_routing(model, PromptMaker(template_dir, args.user_tokens), device, dtype)
     base = args.ckpt_dir or (Path("/dev/shm") if Path("/dev/shm").exists() else Path(tempfile.gettempdir()))
@@ -203,6 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                                             "output_tokens")},
                                            "greedy": True, "ignore_eos": True},
                               "replicas": thinker_section(args), "margin": args.margin,
+                              "decoder_layers": args.layers or (48 if not args.tiny and args.model is None else None),
                               "target": {"ttft_p50_reduction": 0.30},  # issue 19: prefix_aware over round_robin
                               "levels": []}
 
