@@ -37,7 +37,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from bench.thinker.bench_thinker import free_cuda, provenance_of  # noqa: E402
 from bench.thinker.gateway_loop import Mesh  # noqa: E402
-from bench.thinker.workload import PromptMaker, RequestRecord, summarize  # noqa: E402
+from bench.thinker.stage_counters import phase_summary  # noqa: E402
+from bench.thinker.workload import PromptMaker, RequestRecord, percentile, summarize  # noqa: E402
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 from runtime.server import READY_PREFIX  # noqa: E402
@@ -141,12 +142,14 @@ class Workload:
 
     def __init__(self, template_dir: Path, args: argparse.Namespace) -> None:
         self.args = args
+        self.turn_of: dict[int, int] = {}  # record index -> its turn in the conversation (a run's records)
         self.system = PromptMaker(template_dir, args.system_tokens)
         self.user = PromptMaker(template_dir, args.user_tokens)
 
     async def run(self, address: str, concurrency: int, seed: int) -> list[RequestRecord]:
         system = self.system.make(seed).text
         records: list[RequestRecord] = []
+        self.turn_of = {}
         async with grpc.aio.insecure_channel(address) as channel:
             stub = omni_pb2_grpc.OmniStub(channel)
             await asyncio.gather(*(self._stream(stub, system, seed, s, records) for s in range(concurrency)))
@@ -163,6 +166,7 @@ class Workload:
                 history.append(omni_pb2.Message(role="user", content=[omni_pb2.ContentPart(text=text)]))
                 rec = RequestRecord(len(records), time.perf_counter(), measured=conv > 0)
                 records.append(rec)
+                self.turn_of[rec.index] = turn
                 answer = []
                 async for ev in stub.Chat(omni_pb2.ChatRequest(messages=history, sampling=sampling,
                                                                output_modalities=[omni_pb2.MODALITY_TEXT])):
@@ -180,7 +184,10 @@ def measure(workload: Workload, mesh: Mesh, address: str, gateway_metrics: int, 
     thinkers = [p["metrics_port"] for name, p in mesh.ports.items() if name.startswith("thinker")]
     routed_names = ("omnimesh_thinker_routed_total",)
     before = [counters(port, hit_names) for port in thinkers], counters(gateway_metrics, routed_names)
-    level = summarize(asyncio.run(workload.run(address, c, seed)), c)
+    stages_before, t0 = mesh.readings(), time.perf_counter()
+    records = asyncio.run(workload.run(address, c, seed))
+    seconds, stages_after = time.perf_counter() - t0, mesh.readings()
+    level = summarize(records, c)
     after = [counters(port, hit_names) for port in thinkers], counters(gateway_metrics, routed_names)
     per_replica = []
     for b, a in zip(before[0], after[0]):
@@ -191,8 +198,17 @@ def measure(workload: Workload, mesh: Mesh, address: str, gateway_metrics: int, 
     routed = {" ".join(f"{k}={v}" for k, v in key[1]): value - before[1].get(key, 0.0)
               for key, value in after[1].items()}
     level.pop("raw")
+    # each replica's steps (rows a step, step and queue ms): an uneven split or a queue shows here
+    stages = {name: phase_summary(stages_before[name], stages_after[name], seconds)
+              for name in stages_after if name.startswith("thinker")}
+    by_turn = {}
+    for turn in range(workload.args.turns):
+        ttft = [(r.first - r.start) * 1e3 for r in records
+                if r.measured and r.first is not None and workload.turn_of[r.index] == turn]
+        by_turn[turn] = percentile(ttft, 50)
     return {**level, "prefix_hit_rate": hits / queries if queries else None, "replicas": per_replica,
-            "routed": {k: v for k, v in routed.items() if v}}
+            "routed": {k: v for k, v in routed.items() if v}, "ttft_ms_p50_by_turn": by_turn,
+            "replica_steps": stages}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
