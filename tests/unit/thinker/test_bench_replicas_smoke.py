@@ -19,6 +19,9 @@ def test_tiny_run_compares_both_policies_on_the_same_replicas(tmp_path: Path) ->
         run = level[policy]
         assert run["requests"] == 2 * 2 and run["ttft_ms_p50"] > 0 and run["output_tok_s"] > 0
         assert 0 < run["prefix_hit_rate"] < 1 and len(run["replicas"]) == 2
+        assert set(run["ttft_ms_p50_by_turn"]) == {"0", "1"} and set(run["replica_steps"]) == {"thinker-0", "thinker-1"}
+        assert sum(r["steps_per_s"] for r in run["replica_steps"].values()) > 0
+        assert all(1 <= n <= 4 for n in run["tokens_per_request"])  # each answer's length drawn from [1, 4]
     robin = level["round_robin"]["routed"]
     assert len(robin) == 2 and all(k.startswith("decision=round_robin") for k in robin)  # both replicas, in turn
     assert "ttft_p50_reduction" in level and result["mesh_exit"] == 0
