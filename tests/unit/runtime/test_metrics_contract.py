@@ -43,3 +43,18 @@ def test_every_family_belongs_to_some_stage_and_a_stage_must_be_known() -> None:
     assert all(s.stages and set(s.stages) <= set(STAGES) for s in SPECS)
     with pytest.raises(ValueError, match="stage 'test': expected one of"):
         Metrics("test", "r0")
+
+
+def test_a_labelled_child_is_looked_up_once_and_forgetting_it_drops_only_that_series() -> None:
+    m = Metrics("gateway", "r0")
+    routed = m.get("omnimesh_thinker_routed_total", thinker_replica="a:1", decision="prefix")
+    assert m.get("omnimesh_thinker_routed_total", thinker_replica="a:1", decision="prefix") is routed
+    routed.inc(3)
+    kept = m.get("omnimesh_thinker_routed_total", thinker_replica="b:1", decision="prefix")
+    kept.inc()
+    m.forget("omnimesh_thinker_routed_total", thinker_replica="a:1", decision="prefix")
+    text = generate_latest(m.registry).decode()
+    assert 'thinker_replica="a:1"' not in text and 'thinker_replica="b:1"' in text
+    again = m.get("omnimesh_thinker_routed_total", thinker_replica="a:1", decision="prefix")  # it came back: from 0
+    assert again is not routed and again._value.get() == 0.0
+    assert m.get("omnimesh_thinker_routed_total", thinker_replica="b:1", decision="prefix") is kept
