@@ -256,6 +256,10 @@ class ThinkerRunner:
         if not packed.pending_rows:
             return
         assert pending is not None, "a PENDING_TOKEN without the step that draws it"
+        n = len(packed.pending_rows)
+        if packed.pending_rows == packed.pending_from == list(range(n)):
+            ids[:n].copy_(pending.tokens[:n])  # steady decode: every row pending, in the last step's order
+            return
         rows, src = (to_device(torch.tensor(v, dtype=torch.long), ids.device)
                      for v in (packed.pending_rows, packed.pending_from))
         ids.index_copy_(0, rows, pending.tokens.index_select(0, src))

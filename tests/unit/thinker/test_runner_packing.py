@@ -1,5 +1,6 @@
-"""The runner's [3, T] position table: generated rows given as ranges (one tensor a run) and prompt rows from the
-request's M-RoPE table, in row order, as the per-row tensors it replaced made them."""
+"""The runner's host-side packing of a step: the [3, T] position table (generated rows as ranges, one tensor a run;
+prompt rows from the request's M-RoPE table; in row order, as the per-row tensors it replaced made them), and the
+pending tokens' copy into the step's ids."""
 from __future__ import annotations
 
 import torch
@@ -40,3 +41,19 @@ def test_all_decode_rows_are_one_tensor_and_a_lone_prompt_chunk_is_its_own_slice
     assert torch.equal(table(rows), torch.cat([expected(*row) for row in rows], dim=1))
     lone = (reqs[0], 5, 0, 5)
     assert torch.equal(table([lone]), reqs[0].positions)
+
+
+def fill(rows: list[int], src: list[int]) -> torch.Tensor:
+    from runtime.engine.engine import PendingTokens
+    from services.thinker.runner import ThinkerRunner
+
+    ids = torch.arange(100, 106)
+    packed = _Packed([], [], [], [], [], [], [], rows, src)
+    ThinkerRunner._fill_pending(None, ids, packed, PendingTokens(torch.tensor([7, 8, 9, 10]), {}))
+    return ids
+
+
+def test_pending_tokens_land_on_their_rows_in_order_or_not() -> None:
+    assert fill([0, 1, 2], [0, 1, 2]).tolist() == [7, 8, 9, 103, 104, 105]  # steady decode: one slice copy
+    assert fill([0, 2, 5], [3, 0, 1]).tolist() == [10, 101, 7, 103, 104, 8]  # rows joined, left or reordered
+    assert fill([1, 2], [0, 1]).tolist() == [100, 7, 8, 103, 104, 105]  # a prefill row first: not the identity
