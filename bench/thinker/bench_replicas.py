@@ -1,9 +1,9 @@
 """Thinker replicas behind the gateway (issue 19): a multi-turn chat workload routed prefix_aware against
 round_robin in the same run, on the same replicas, at each concurrency.
 
-One `omnimesh up` starts the replicas (thinker.replicas, each on its device) and a prefix_aware gateway; a second
-gateway routes round_robin over the same replicas. At each concurrency c, each policy in turn (the order alternates
-per level) runs c streams; a stream holds conversations of `--turns` turns, all sharing one system prompt (a new one
+One `omnimesh up` starts the replicas (thinker.replicas, each on its device); two gateways of the bench's own,
+started alike, route over them, one prefix_aware (`--margin`), one round_robin. At each concurrency c, each policy
+in turn (the order alternates per level) runs c streams; a stream holds conversations of `--turns` turns, all sharing one system prompt (a new one
 per policy run, so no run hits another's blocks), each turn's prompt the whole history (system, the earlier turns
 with the answers the model gave, the new user message). A stream's first conversation is warm-up. Per run: output
 tok/s and TTFT p50/p99 at the client (docs/benchmarks.md), the replicas' prefix-cache hit rate (their own
@@ -109,12 +109,16 @@ def thinker_section(args: argparse.Namespace) -> dict[str, Any]:
                        "max_batch_tokens": max(2048, args.max_num_seqs)}}
 
 
-def start_gateway(model_dir: Path, addresses: list[str], policy: str, workdir: Path, log: Any) -> tuple[Any, dict]:
-    """A second gateway on the same replicas; -> (process, its announced ports)."""
+def start_gateway(model_dir: Path, addresses: list[str], policy: str, margin: int, workdir: Path,
+                  log: Any) -> tuple[Any, dict]:
+    """A gateway of its own on the replicas, routing by `policy`; -> (process, its announced ports). Each policy
+    gets one started the same way, so the comparison holds nothing but the policy apart (the H100 runs of
+    2026-12-06 had prefix_aware on `omnimesh up`'s gateway and round_robin on one like this)."""
     off = {"enabled": False}
     config = workdir / f"gateway-{policy}.yaml"
     config.write_text(yaml.safe_dump({"thinker": {"addresses": addresses}, "vision": off, "audio": off,
-                                      "talker": off, "gateway": {"thinker_routing": policy}}))
+                                      "talker": off, "gateway": {"thinker_routing": policy,
+                                                                 "thinker_routing_margin": margin}}))
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "--model", str(model_dir), "--config", str(config),
                              "--port", "0", "--metrics-port", "0", "--replica", f"gateway-{policy}"],
                             stdout=subprocess.PIPE, stderr=log, text=True)
@@ -249,15 +253,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     log_path = args.out.with_suffix(".mesh.log")
     with open(log_path, "w") as log:
         t0 = time.perf_counter()
-        mesh = Mesh(model_dir, thinker_section(args), workdir, log, args.ready_timeout,
-                    stages={"gateway": {"thinker_routing": "prefix_aware", "thinker_routing_margin": args.margin}})
-        rr = None
+        mesh = Mesh(model_dir, thinker_section(args), workdir, log, args.ready_timeout)
+        procs = []
         try:
             addresses = [f"127.0.0.1:{p['grpc_port']}" for n, p in mesh.ports.items() if n.startswith("thinker")]
-            rr, rr_ports = start_gateway(model_dir, addresses, "round_robin", workdir, log)
+            gateways = {}
+            for policy in POLICIES:
+                proc, ports = start_gateway(model_dir, addresses, policy, args.margin, workdir, log)
+                procs.append(proc)
+                gateways[policy] = (f"127.0.0.1:{ports['grpc_port']}", ports["metrics_port"])
             result["startup_s"] = time.perf_counter() - t0
-            gateways = {"prefix_aware": (mesh.address, mesh.ports["gateway"]["metrics_port"]),
-                        "round_robin": (f"127.0.0.1:{rr_ports['grpc_port']}", rr_ports["metrics_port"])}
             workload = Workload(template_dir, args)
             seed = 0
             for i, c in enumerate(args.concurrency):
@@ -275,9 +280,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 result["levels"].append(level)
                 save()
         finally:
-            if rr is not None:
-                rr.terminate()
-                rr.wait(timeout=30)
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
             result["mesh_exit"] = mesh.stop()
     result["mesh_log"] = str(log_path)
     if written:  # ~59 GiB in /dev/shm
