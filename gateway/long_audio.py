@@ -2,12 +2,10 @@
 cut into windows, each cut at the quietest 100 ms in the window's last seconds, so words are rarely split."""
 from __future__ import annotations
 
-import io
-
 import numpy as np
-import soundfile as sf
 
 from gateway.media.audio import header_seconds  # noqa: F401 - where the transcription path takes it from
+from gateway.media.wav import wav_file
 
 RATE = 16_000
 MAX_WINDOW_S = 1200.0
@@ -36,6 +34,4 @@ def pieces(samples: np.ndarray, window_s: float = MAX_WINDOW_S) -> list[np.ndarr
 
 def wav_bytes(samples: np.ndarray) -> bytes:
     """16 kHz float32 mono as a WAV file (lossless: the piece decodes to the same samples)."""
-    buf = io.BytesIO()
-    sf.write(buf, samples.astype(np.float32, copy=False), RATE, format="WAV", subtype="FLOAT")
-    return buf.getvalue()
+    return wav_file(samples.astype(np.float32, copy=False), RATE)

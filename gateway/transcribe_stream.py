@@ -9,17 +9,16 @@ alone); the final transcript never is: it is made from scratch, exactly as a who
 from __future__ import annotations
 
 import asyncio
-import io
 import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
-import soundfile as sf
 
 from omnimesh.v1 import omni_pb2
 from runtime.config import SamplingDefaults
 from runtime.errors import InvalidArgument
+from gateway.media.wav import wav_file
 from gateway.transcribe import TranscribeEventOut, TranscribeInput, TranscribeService, TranscriptEvent
 from gateway.transcribe import transcribe_input_from_pb, with_audio
 from gateway.transcribe_windows import WindowCache
@@ -66,9 +65,7 @@ def stream_settings_from_pb(first: omni_pb2.TranscribeChunk, defaults: SamplingD
 
 def pcm16_wav(pcm16: bytes, sample_rate: int) -> bytes:
     """The samples as a 16-bit WAV file: decoding it gives them back exactly."""
-    buf = io.BytesIO()
-    sf.write(buf, np.frombuffer(pcm16, dtype="<i2"), sample_rate, format="WAV", subtype="PCM_16")
-    return buf.getvalue()
+    return wav_file(np.frombuffer(pcm16, dtype="<i2"), sample_rate)
 
 
 class PcmBuffer:

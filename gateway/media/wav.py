@@ -94,3 +94,18 @@ def read_wav(data: bytes, layout: WavLayout, max_frames: int) -> np.ndarray:
         else:
             x = ints.astype(np.float32) * np.float32(2.0 ** (1 - 8 * layout.width))
     return x.reshape(frames, layout.channels)
+
+
+def wav_file(samples: np.ndarray, rate: int) -> bytes:
+    """Mono int16 (PCM) or float32 (IEEE float) samples as a WAV file: a 44-byte header and the samples as they are,
+    with no libsndfile callback per write (what `read_wav` reads back exactly)."""
+    if samples.dtype == np.int16:
+        code, data = _PCM, samples.astype("<i2", copy=False).tobytes()
+    elif samples.dtype == np.float32:
+        code, data = _FLOAT, samples.astype("<f4", copy=False).tobytes()
+    else:
+        raise TypeError(f"wav_file takes int16 or float32 samples, not {samples.dtype}")
+    width = samples.dtype.itemsize
+    fmt = struct.pack("<HHIIHH", code, 1, rate, rate * width, width, 8 * width)
+    chunks = b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data))
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks) + len(data)) + b"WAVE" + chunks + data

@@ -12,7 +12,7 @@ import soundfile as sf
 from runtime.errors import InvalidArgument
 from gateway.media.audio import _finish, decode_audio, header_seconds
 from gateway.media.footprint import audio_bytes
-from gateway.media.wav import parse_wav, read_wav
+from gateway.media.wav import parse_wav, read_wav, wav_file
 
 SUBTYPES = ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"]
 
@@ -109,3 +109,19 @@ def test_a_wav_over_the_cap_is_refused_by_its_header_naming_the_field() -> None:
     with pytest.raises(InvalidArgument) as err:
         decode_audio(data, "messages[0].content[1].audio", max_seconds=1.0)
     assert str(err.value).startswith("messages[0].content[1].audio: audio lasts more than 1 s")
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.float32])
+def test_written_wavs_read_back_exactly_in_libsndfile_and_here(dtype: type) -> None:
+    x = samples(777, 1)[:, 0]
+    x = (x * 32767).astype(np.int16) if dtype is np.int16 else x.astype(np.float32)
+    data = wav_file(x, 22_050)
+    info = sf.info(io.BytesIO(data))
+    assert (info.samplerate, info.channels, info.frames) == (22_050, 1, 777)
+    assert info.subtype == ("PCM_16" if dtype is np.int16 else "FLOAT")
+    ref = libsndfile(data)
+    assert np.array_equal(read_wav(data, parse_wav(data), 10**9), ref)
+    expected = x.astype(np.float32) / 32768 if dtype is np.int16 else x
+    assert np.array_equal(ref[:, 0], expected)
+    with pytest.raises(TypeError, match="int16 or float32"):
+        wav_file(x.astype(np.float64), 16_000)
