@@ -45,9 +45,9 @@ class Shape(NamedTuple):
 
 
 def decode_shapes() -> list[Shape]:
-    """The linears of one decode step at the released dims (bench/thinker/random_model.py,
-    bench/talker/bench_talker.py and bench/asr/checkpoint.py `real_config`; the fused weights of services/talker/model/fused.py and the
-    Thinker's fused q/k/v), head_dim 128 everywhere."""
+    """The linears of one decode step at the released dims (bench/thinker/random_model.py, bench/talker/bench_talker.py
+    and bench/asr/checkpoint.py `real_config`; the fused weights of services/talker/model/fused.py and the Thinker's
+    fused q/k/v), head_dim 128 everywhere."""
     hd = 128
     pred_q, pred_kv, pred_inter, codebook = 16 * hd, 8 * hd, 3072, 2048  # code predictor, hidden 1024
     talk_q, talk_kv, shared, vocab = 16 * hd, 2 * hd, 768, 3072  # talker, hidden 1024

@@ -3,7 +3,8 @@
 # of KV each), the multi-turn workload routed prefix_aware against round_robin at c = 16 and 32
 # (bench/thinker/bench_replicas.py). Writes $OUT/thinker-replicas.json (+ .mesh.log) and prints a summary.
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
-#   OUT=/some/dir OMNIMESH_COMMIT=<sha> [BENCH_S=560] [EXTRA="--conversations-per-stream 3"] bash bench/thinker/run_replicas.sh
+#   OUT=/some/dir OMNIMESH_COMMIT=<sha> [BENCH_S=560] [EXTRA="--conversations-per-stream 3"] \
+#     bash bench/thinker/run_replicas.sh
 # On an H100 (80 GB) two 48-layer replicas do not fit: EXTRA="--layers 16" runs a third of the decoder each.
 source bench/device_setup.sh /tmp/replicas-gpu
 SECONDS=0

@@ -1,11 +1,13 @@
-"""Uncompressed WAV (PCM 8/16/24/32-bit, IEEE float 32/64-bit) read straight from its bytes with numpy.
+"""Uncompressed WAV (PCM 8/16/24/32-bit, IEEE float 32/64-bit) read straight from its bytes with numpy, and mono
+16-bit or float WAV written the same way.
 
 libsndfile reads an in-memory file through Python callbacks, each of which takes the GIL: at 130 Transcribe
-requests/s on an H100 the gateway's decoding threads spent most of their time waiting for the GIL in those callbacks
-and kept the event loop waiting for it 15% of the time it ran (py-spy, bench/asr/NOTES.md). WAV, what a speech client sends most, needs no codec: its header is a few
-chunks and its samples one array. Anything this does not recognise exactly (RF64, compressed formats, a data chunk
-longer than the file, an odd block layout) returns None and goes to libsndfile as before. The samples equal
-libsndfile's float conversion bit for bit (tests/unit/gateway/test_wav.py).
+requests/s on an H100 the gateway's decoding threads spent most of their time waiting for the GIL in those
+callbacks, and kept the event loop waiting for it 15% of the time it ran (py-spy, bench/asr/NOTES.md). WAV, what a
+speech client sends most, needs no codec: its header is a few chunks and its samples one array. Anything this does
+not recognise exactly (RF64, compressed formats, a data chunk longer than the file, an odd block layout) returns
+None and goes to libsndfile as before. The samples equal libsndfile's float conversion bit for bit
+(tests/unit/gateway/test_wav.py).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
-# libsndfile's int -> float scale per sample width: x / 2^(bits - 1) (8-bit WAV is unsigned, centred on 128)
+# numpy's type for a sample of each width (24-bit is widened to int32 in read_wav); libsndfile scales an integer
+# sample x to float as x / 2^(bits - 1), 8-bit WAV being unsigned and centred on 128
 _PCM_DTYPES = {1: "u1", 2: "<i2", 3: "<i4", 4: "<i4"}
 _FLOAT_DTYPES = {4: "<f4", 8: "<f8"}
 
