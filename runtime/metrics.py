@@ -156,9 +156,8 @@ class Metrics:
     def forget(self, name: str, **labels: str) -> None:
         """Drops one labelled series (e.g. of a thinker replica that left), so it is no longer exposed."""
         self._families[name].remove(self.stage, self.replica, self.model_name, *labels.values())
-        gone = {k: str(v) for k, v in labels.items()}
-        self._children = {key: child for key, child in self._children.items()
-                          if key[0] != name or {k: str(v) for k, v in key[1:]} != gone}
+        # the family's kept children are dropped with it: `get` finds the others again in prometheus_client
+        self._children = {key: child for key, child in self._children.items() if key[0] != name}
 
     def serve(self, host: str, port: int) -> int:
         """Starts the /metrics HTTP endpoint; returns the bound port (port 0 picks a free one)."""

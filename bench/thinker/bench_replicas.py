@@ -236,7 +236,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                                             "output_tokens")},
                                            "greedy": True, "ignore_eos": True},
                               "replicas": thinker_section(args), "margin": args.margin,
-                              "decoder_layers": args.layers or (48 if not args.tiny and args.model is None else None),
                               "target": {"ttft_p50_reduction": 0.30},  # issue 19: prefix_aware over round_robin
                               "levels": []}
 
@@ -249,6 +248,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if written:
         model_dir, result["routing_calibration"] = random_checkpoint(args, template_dir)
         save()
+    text_config = json.loads((model_dir / "config.json").read_text())["thinker_config"]["text_config"]
+    result["decoder_layers"] = text_config["num_hidden_layers"]
     workdir = Path(tempfile.mkdtemp(prefix="bench-routing-"))
     log_path = args.out.with_suffix(".mesh.log")
     with open(log_path, "w") as log:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from bench.thinker.bench_replicas import main
+from runtime.model_path import resolve_model
 
 
 def test_tiny_run_compares_both_policies_on_the_same_replicas(tmp_path: Path) -> None:
@@ -14,6 +15,8 @@ def test_tiny_run_compares_both_policies_on_the_same_replicas(tmp_path: Path) ->
           "--system-tokens", "48", "--user-tokens", "16", "--output-tokens", "3"])
     result = json.loads(out.read_text())
     assert {"commit", "date", "device", "command", "workload", "replicas", "levels"} <= set(result)
+    demo = json.loads((resolve_model("demo") / "config.json").read_text())["thinker_config"]["text_config"]
+    assert result["decoder_layers"] == demo["num_hidden_layers"]  # read from the checkpoint served
     (level,) = result["levels"]
     for policy in ("prefix_aware", "round_robin"):
         run = level[policy]
