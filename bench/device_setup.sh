@@ -11,5 +11,6 @@ mkdir -p "$OUT"
 { date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   python3 -c "import torch, transformers, triton, grpc; print(torch.__version__, transformers.__version__, triton.__version__, grpc.__version__)"
   df -h /dev/shm /tmp | tail -2; free -g | head -2; nproc
+  lscpu | grep -E 'Model name|MHz'  # the host CPU: gateway-bound figures move with it from machine to machine
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"

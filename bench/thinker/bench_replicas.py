@@ -5,7 +5,8 @@ One `omnimesh up` starts the replicas (thinker.replicas, each on its device); tw
 started alike, route over them, one prefix_aware (`--margin`), one round_robin. At each concurrency c, each policy
 in turn (the order alternates per level) runs c streams; a stream holds conversations of `--turns` turns, all
 sharing one system prompt (a new one per policy run, so no run hits another's blocks), each turn's prompt the whole
-history (system, the earlier turns with the answers the model gave, the new user message). A stream's first
+history (system, the earlier turns with the answers the model gave, the new user message); with `--context-tokens`
+a conversation's first message carries a document of its own. A stream's first
 conversation is warm-up. Per run: output tok/s and TTFT p50/p99 at the client (docs/benchmarks.md), the replicas'
 prefix-cache hit rate (their own omnimesh_prefix_cache_* counters) and the gateway's routing decisions.
 
@@ -68,6 +69,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--conversations-per-stream", type=int, default=3, help="the first of each stream is warm-up")
     p.add_argument("--system-tokens", type=int, default=1024, help="the shared system prompt")
+    p.add_argument("--context-tokens", type=int, default=0,
+                   help="a document of its own (about this many tokens) in each conversation's first user message, "
+                        "as an image or a file a user asks several questions about: the history the routing keeps "
+                        "or loses outweighs the shared system prompt every replica caches (0: none)")
     p.add_argument("--user-tokens", type=int, default=128, help="each user message")
     p.add_argument("--output-tokens", type=int, default=128, help="each answer's mean length (greedy, ignore_eos): "
                    "drawn per turn from [1/2, 3/2] of it, so streams fall out of step")
@@ -151,6 +156,7 @@ class Workload:
         self.turn_of: dict[int, int] = {}  # record index -> its turn in the conversation (a run's records)
         self.system = PromptMaker(template_dir, args.system_tokens)
         self.user = PromptMaker(template_dir, args.user_tokens)
+        self.context = PromptMaker(template_dir, args.context_tokens) if args.context_tokens else None
 
     async def run(self, address: str, concurrency: int, seed: int) -> list[RequestRecord]:
         system = self.system.make(seed).text
@@ -173,7 +179,10 @@ class Workload:
         for conv in range(a.conversations_per_stream):
             history = [omni_pb2.Message(role="system", content=[omni_pb2.ContentPart(text=system)])]
             for turn in range(a.turns):
-                text = self.user.make(((seed * 1000 + stream) * 100 + conv) * 10 + turn).text
+                index = ((seed * 1000 + stream) * 100 + conv) * 10 + turn
+                text = self.user.make(index).text
+                if turn == 0 and self.context is not None:
+                    text = f"{self.context.make(index).text}\n\n{text}"
                 history.append(omni_pb2.Message(role="user", content=[omni_pb2.ContentPart(text=text)]))
                 rec = RequestRecord(len(records), time.perf_counter(), measured=conv > 0)
                 records.append(rec)
@@ -232,8 +241,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {**provenance_of(command, device),
                               "workload": {"name": "multi-turn text->text", "load": "closed loop",
                                            **{k: getattr(args, k) for k in ("turns", "conversations_per_stream",
-                                                                            "system_tokens", "user_tokens",
-                                                                            "output_tokens")},
+                                                                            "system_tokens", "context_tokens",
+                                                                            "user_tokens", "output_tokens")},
                                            "greedy": True, "ignore_eos": True},
                               "replicas": thinker_section(args), "margin": args.margin,
                               "target": {"ttft_p50_reduction": 0.30},  # issue 19: prefix_aware over round_robin

@@ -12,11 +12,13 @@ from runtime.model_path import resolve_model
 def test_tiny_run_compares_both_policies_on_the_same_replicas(tmp_path: Path) -> None:
     out = tmp_path / "replicas.json"
     main(["--tiny", "--out", str(out), "--concurrency", "2", "--turns", "2", "--conversations-per-stream", "2",
-          "--system-tokens", "48", "--user-tokens", "16", "--output-tokens", "3"])
+          "--system-tokens", "48", "--context-tokens", "40", "--user-tokens", "16",
+          "--output-tokens", "3"])
     result = json.loads(out.read_text())
     assert {"commit", "date", "device", "command", "workload", "replicas", "levels"} <= set(result)
     demo = json.loads((resolve_model("demo") / "config.json").read_text())["thinker_config"]["text_config"]
     assert result["decoder_layers"] == demo["num_hidden_layers"]  # read from the checkpoint served
+    assert result["workload"]["context_tokens"] == 40
     (level,) = result["levels"]
     for policy in ("prefix_aware", "round_robin"):
         run = level[policy]
