@@ -198,7 +198,9 @@ class Workload:
                     elif ev.HasField("error"):
                         raise RuntimeError(f"stream {stream}: {ev.error.code} {ev.error.message}")
                 rec.end = time.perf_counter()
-                history.append(omni_pb2.Message(role="assistant", content=[omni_pb2.ContentPart(text="".join(answer))]))
+                # random weights may answer with tokens that decode to nothing; an empty message is refused
+                reply = "".join(answer) or "..."
+                history.append(omni_pb2.Message(role="assistant", content=[omni_pb2.ContentPart(text=reply)]))
 
 
 def measure(workload: Workload, mesh: Mesh, address: str, gateway_metrics: int, c: int, seed: int) -> dict:

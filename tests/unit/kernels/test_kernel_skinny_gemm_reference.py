@@ -120,3 +120,12 @@ def test_default_tiling_fills_the_h200(weight_rows: int, k: int, epilogue: Epilo
     stage = (SKINNY_MAX_ROWS + halves * cfg.block_n) * cfg.block_k * 2
     # Triton's pipeline keeps num_stages - 1 steps in shared memory (sm_90: 228 KB an SM)
     assert (cfg.num_stages - 1) * stage <= 114 << 10, "two programs fit one SM's shared memory"
+
+
+def test_split_rule_splits_only_where_tiles_leave_sms_idle() -> None:
+    """bench_skinny_gemm --sweep on an H100 (bench/kernels/NOTES.md): 128 tiles unsplit beat two splits, 64 tiles
+    split 4 ways beat 3."""
+    assert skinny_config(4096, 4096, 2048, H200_SMS).split_k == 1  # 128 tiles: 97% of the SMs
+    assert skinny_config(2048, 2048, 2048, H200_SMS).split_k == 4  # 64 tiles: 8 K steps, two programs an SM
+    assert skinny_config(2048, 2048, 6144, H200_SMS).split_k == 5
+    assert skinny_config(1024, 1024, 768, H200_SMS).split_k == 3  # K allows no more (each split >= MIN_SPLIT_K)
