@@ -145,8 +145,8 @@ class EncoderConfig:
     # per forward; a 60 s, 2 fps, 448x448 video (47,040 patches) runs whole
     max_batch_size: StrictInt = Field(65536, ge=1)
     max_request_size: StrictInt = Field(262144, ge=1)  # per Encode call: 65,536 vision tokens, the thinker's context
-    # how long a forward waits for more items once its first item is queued (not at all while items have lately come
-    # more than twice this far apart: runtime/encode_batcher.py)
+    # how long a forward waits for more items once its first item is queued (not at all for a lone item that came more
+    # than twice this long after the one before: runtime/encode_batcher.py)
     batch_wait_ms: StrictFloat = Field(5.0, ge=0, description="0: no waiting")
     # work accepted and not finished (read, queued, computing) past which new requests wait their turn, their
     # payload unread (it stays with the gateway): two whole requests; vision's ~616 MB of frames (60 s, 2 fps,

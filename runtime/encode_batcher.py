@@ -3,9 +3,9 @@
 Pure asyncio, shared by the encoder stages (vision counts patches, audio its own unit): the first waiting item
 opens a batch; items that arrive within `max_wait_s` of it join it while the batch stays under `max_batch_size` (a
 lone item over the budget still runs, alone). Items that queued while a forward ran form the next batch as soon as
-it ends, without a further wait. When items have been arriving too far apart for company to be likely within the
-wait (their recent mean gap over `COMPANY_GAPS` waits), a lone item starts at once: at one request at a time the
-wait would only add its full length to every request's latency. The encode function runs in a worker thread so the event loop keeps
+it ends, without a further wait. An item that came more than `COMPANY_GAPS` waits after the one before it starts
+at once when alone: at one request at a time the wait would only add its full length to every request's latency,
+while the second item of a burst (a short gap) still waits for the rest. The encode function runs in a worker thread so the event loop keeps
 serving; its per-item results resolve each caller's future. An item whose caller was cancelled before its batch
 started is dropped. A failed encode fails its batch's callers only; one that `is_fatal` names (a device fault) is
 also kept as `fatal_error`, for the stage's health.
@@ -23,10 +23,10 @@ from runtime.heartbeat import Heartbeat
 from runtime.thread_names import name_this_thread
 
 Item = TypeVar("Item")
-# A lone item waits for company only while the mean gap between arrivals is at most this many max_wait_s: further
-# apart, another item is unlikely to come within the wait (under 2/5 of the time for Poisson arrivals)
+# A lone item waits for company only if it came at most this many max_wait_s after the item before it: arrivals
+# further apart bring another item within the wait under 2/5 of the time (Poisson). A running mean of the gaps was
+# tried first: after a quiet spell it kept a burst's first items from waiting for the rest of the burst.
 COMPANY_GAPS = 2.0
-GAP_SMOOTHING = 0.25  # weight of the newest gap in the running mean
 Result = TypeVar("Result")
 
 
@@ -92,7 +92,7 @@ class EncodeBatcher(Generic[Item, Result]):
         self.queue: asyncio.Queue[Pending[Item, Result]] = asyncio.Queue()
         self.carry: Pending[Item, Result] | None = None  # the item that did not fit the previous batch
         self.last_arrival: float | None = None
-        self.mean_gap: float | None = None  # running mean of the seconds between arrivals; None: not known yet
+        self.last_gap: float | None = None  # seconds between the last two arrivals; None: not known yet
         self.task: asyncio.Task[None] | None = None
         self.num_batches = 0
 
@@ -170,13 +170,12 @@ class EncodeBatcher(Generic[Item, Result]):
 
     @property
     def company_likely(self) -> bool:
-        """Whether items have lately arrived close enough together for a lone one to wait for another."""
-        return self.mean_gap is None or self.mean_gap <= COMPANY_GAPS * self.max_wait_s
+        """Whether the newest item came close enough after the one before for a lone item to wait for another."""
+        return self.last_gap is None or self.last_gap <= COMPANY_GAPS * self.max_wait_s
 
     def _note_arrival(self, now: float) -> None:
         if self.last_arrival is not None:
-            gap = now - self.last_arrival
-            self.mean_gap = gap if self.mean_gap is None else (1 - GAP_SMOOTHING) * self.mean_gap + GAP_SMOOTHING * gap
+            self.last_gap = now - self.last_arrival
         self.last_arrival = now
 
     async def run(self) -> None:

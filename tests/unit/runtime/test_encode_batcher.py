@@ -78,20 +78,26 @@ def test_an_item_that_queued_behind_a_forward_does_not_wait_again() -> None:
 
 def test_a_lone_item_skips_the_wait_while_items_come_far_apart() -> None:
     """Items 0.5 s apart with a 0.2 s wait: the first (no gap known) waits for company, those after start at once;
-    items that come together still share a call, and close arrivals bring the wait back."""
+    items that come together still share a call, and a burst's second item waits for the rest."""
     async def scenario() -> None:
         encoder = FakeEncoder()
         batcher = make(encoder, wait=0.2)
         first = await batcher.submit_timed(1)
-        assert 0.15 < first.queue_seconds < 0.5 and batcher.mean_gap is None  # waited for company
+        assert 0.15 < first.queue_seconds < 0.5 and batcher.last_gap is None  # waited for company
         for i in (2, 3):
             await asyncio.sleep(0.5)
             assert (await batcher.submit_timed(i)).queue_seconds < 0.1
         assert await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3))) == [2, 4, 6]
         assert encoder.batches[-1] == [1, 2, 3]  # queued in one loop turn: taken together without a wait
-        for _ in range(12):
-            await asyncio.gather(*(batcher.submit(i) for i in (1, 1)))
-        assert batcher.company_likely  # arrivals close together again: a lone item waits for company
+        await asyncio.sleep(0.5)
+        lone = asyncio.ensure_future(batcher.submit_timed(1))  # after a quiet spell: starts at once, alone
+        await asyncio.sleep(0.02)
+        second = asyncio.ensure_future(batcher.submit_timed(2))  # 0.02 s later: waits for company
+        await asyncio.sleep(0.05)
+        third = asyncio.ensure_future(batcher.submit_timed(3))
+        t_lone, t_second, t_third = await lone, await second, await third
+        assert t_lone.queue_seconds < 0.1 and encoder.batches[-2:] == [[1], [2, 3]], encoder.batches
+        assert t_second.batch_index == t_third.batch_index == t_lone.batch_index + 1
         await batcher.stop()
 
     asyncio.run(scenario())
