@@ -5,10 +5,10 @@ opens a batch; items that arrive within `max_wait_s` of it join it while the bat
 lone item over the budget still runs, alone). Items that queued while a forward ran form the next batch as soon as
 it ends, without a further wait. An item that came more than `COMPANY_GAPS` waits after the one before it starts
 at once when alone: at one request at a time the wait would only add its full length to every request's latency,
-while the second item of a burst (a short gap) still waits for the rest. The encode function runs in a worker thread so the event loop keeps
-serving; its per-item results resolve each caller's future. An item whose caller was cancelled before its batch
-started is dropped. A failed encode fails its batch's callers only; one that `is_fatal` names (a device fault) is
-also kept as `fatal_error`, for the stage's health.
+while the second item of a burst (a short gap) still waits for the rest. The encode function runs in a worker
+thread so the event loop keeps serving; its per-item results resolve each caller's future. An item whose caller
+was cancelled before its batch started is dropped. A failed encode fails its batch's callers only; one that
+`is_fatal` names (a device fault) is also kept as `fatal_error`, for the stage's health.
 """
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ from runtime.heartbeat import Heartbeat
 from runtime.thread_names import name_this_thread
 
 Item = TypeVar("Item")
-# A lone item waits for company only if it came at most this many max_wait_s after the item before it: arrivals
-# further apart bring another item within the wait under 2/5 of the time (Poisson). A running mean of the gaps was
-# tried first: after a quiet spell it kept a burst's first items from waiting for the rest of the burst.
-COMPANY_GAPS = 2.0
 Result = TypeVar("Result")
+
+# A lone item waits for company only if it came at most this many max_wait_s after the item before it: arrivals
+# further apart bring another item within the wait under 2/5 of the time (Poisson). The last gap, not a running
+# mean: after a quiet spell a mean stays long and would keep a burst's second item from waiting for the rest.
+COMPANY_GAPS = 2.0
 
 
 class Timed(NamedTuple, Generic[Result]):

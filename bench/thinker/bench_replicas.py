@@ -6,9 +6,9 @@ started alike, route over them, one prefix_aware (`--margin`), one round_robin. 
 in turn (the order alternates per level) runs c streams; a stream holds conversations of `--turns` turns, all
 sharing one system prompt (a new one per policy run, so no run hits another's blocks), each turn's prompt the whole
 history (system, the earlier turns with the answers the model gave, the new user message); with `--context-tokens`
-a conversation's first message carries a document of its own. A stream's first
-conversation is warm-up. Per run: output tok/s and TTFT p50/p99 at the client (docs/benchmarks.md), the replicas'
-prefix-cache hit rate (their own omnimesh_prefix_cache_* counters) and the gateway's routing decisions.
+a conversation's first message carries a document of its own. A stream's first conversation is warm-up. Per run:
+output tok/s and TTFT p50/p99 at the client (docs/benchmarks.md), the replicas' prefix-cache hit rate (their own
+omnimesh_prefix_cache_* counters) and the gateway's routing decisions.
 
     PYTHONPATH=.:protos python3 bench/thinker/bench_replicas.py --random-weights --devices cuda:0 cuda:0 \
         --kv-cache-gib 6 --out bench/results/thinker-replicas-h200.json       # two replicas on one H200

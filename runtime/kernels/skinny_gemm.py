@@ -78,9 +78,9 @@ def split_plan(k: int, block_k: int, split_k: int) -> SplitPlan:
 def skinny_config(out_cols: int, weight_rows: int, k: int, num_sms: int, element_size: int = 2) -> SkinnyConfig:
     """The default tiling for `out_cols` outputs from a (weight_rows, k) weight (weight_rows = 2 * out_cols with
     SILU_MUL): 64-wide tiles where they alone fill the SMs, else 32-wide ones; tiles that leave more than a tenth
-    of the SMs idle are split over K until there are about two programs an SM (each split >= MIN_SPLIT_K columns); K in 256-wide steps,
-    128-wide where those split K more ways (4 steps of 256 split 3 ways only as 2); as many pipeline stages as keep
-    one program's tiles within ~100 KB of shared memory (two programs an SM).
+    of the SMs idle are split over K until there are about two programs an SM (each split >= MIN_SPLIT_K columns);
+    K in 256-wide steps, 128-wide where those split K more ways (4 steps of 256 split 3 ways only as 2); as many
+    pipeline stages as keep one program's tiles within ~100 KB of shared memory (two programs an SM).
 
     On an H100 at Qwen3-ASR's shapes (bench_skinny_gemm.py --sweep, bench/kernels/NOTES.md) 128 tiles unsplit beat
     two splits by 10%, and 64 tiles split 4 ways beat 3 ways by 6-14%: the split pays only where the tiles alone

@@ -36,9 +36,9 @@ class DenseMLP(nn.Module):
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
         """`forward` on the GPU path: one gate/up GEMM, silu * up in one launch (their references off CUDA).
 
-        Decode-sized batches on CUDA take the skinny GEMM, silu * up in its epilogue: on an H100 at Qwen3-ASR's
-        dims it streams gate/up and down 8-12% faster than cuBLAS (plus the activation's launch), 1-16 rows
-        (bench/kernels/NOTES.md)."""
+        Decode-sized batches on CUDA take the skinny GEMM, silu * up in its epilogue: two launches a layer fewer
+        (the activation's, cuBLAS's split-K reduce). On one H100 at Qwen3-ASR's dims, 1-8 rows: gate/up+silu
+        20.4 us against cuBLAS's 20.8 plus the activation, down 13.3 against 13.2 (bench/kernels/NOTES.md)."""
         if self.gate_up_weight is None:
             self.fuse_gate_up()
         if x.is_cuda and x.shape[0] <= SKINNY_MAX_ROWS:
