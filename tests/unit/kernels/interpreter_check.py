@@ -79,6 +79,7 @@ def check_small_moe(dtype: torch.dtype) -> None:
     a few busy ones, most empty; batches of 1, of shared experts, and of 13 tokens (small path forced)."""
     from runtime.kernels.moe_config import GemmConfig, MoeConfig
     from runtime.kernels.moe_reference import SharedExpert, fused_moe_reference, routed_moe_reference
+    from runtime.kernels.moe_small_triton import experts_small_triton
     from runtime.kernels.moe_triton import fused_moe_triton, routed_moe_triton
 
     gen = torch.Generator().manual_seed(3)
@@ -98,6 +99,16 @@ def check_small_moe(dtype: torch.dtype) -> None:
                                seed=tokens)
         out = routed_moe_triton(x.to(dtype), logits.to(dtype), *weights, top_k, renorm, None, cfg)
         assert rel_err(out, routed_moe_reference(x, logits, w_gate_up, w_down, top_k, renorm)) < tol, tokens
+    # K split explicitly (the rule above splits every one of these few-program launches): none, even and ragged
+    # splits of gate_up's 4 K steps and of down's 3 experts x 2 steps (its last K step uneven)
+    fine = (GemmConfig(32, 16, 4, 2), GemmConfig(16, 32, 4, 2))
+    for tokens, gate_up_splits, down_splits in ((1, 1, 1), (1, 3, 4), (5, 2, 6), (6, 4, 5)):
+        x = torch.randn(tokens, hidden, generator=gen)
+        logits = skewed_logits(tokens, experts, top_k, hot=2, dtype=torch.float32, device="cpu", seed=tokens)
+        out = experts_small_triton(x.to(dtype), logits.to(dtype), *weights, top_k, True, *fine,
+                                   gate_up_splits=gate_up_splits, down_splits=down_splits)
+        ref = routed_moe_reference(x, logits, w_gate_up, w_down, top_k, True)
+        assert rel_err(out, ref) < tol, (tokens, gate_up_splits, down_splits)
     x = torch.randn(6, hidden, generator=gen)
     same = torch.randn(1, experts, generator=gen).expand(6, experts).contiguous()  # every token the same k experts
     out = routed_moe_triton(x.to(dtype), same.to(dtype), *weights, top_k, True, None, small)

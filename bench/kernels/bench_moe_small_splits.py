@@ -1,0 +1,116 @@
+"""The MoE small path's K splits (runtime/kernels/moe_small_triton.py) at 1, 2 and 4 tokens: a sweep of split
+counts and tiles for each of its two kernels, beside the unsplit kernels and the default rule's pick; writes JSON.
+
+Run on the GPU machine:  PYTHONPATH=. python bench/kernels/bench_moe_small_splits.py --out splits.json
+A time is the whole small path (gate_up then down) inside a CUDA graph, median of replays (bench_kernels.graph_ms),
+weights cycled through copies past L2 so every call streams its experts from HBM. Routing is balanced by
+construction: logits drawn N(0, 1) per token and expert, so a batch's top-k is uniform; each record carries the
+distinct experts read beside the uniform expectation (docs/benchmarks.md's routing rule). `hbm_ratio` is the touched
+experts' bytes at the measured copy bandwidth over the time: 1.0 is the floor.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from bench.kernels.bench_kernels import BF16, Cycle, copies_for, copy_bandwidth, graph_ms
+from runtime.kernels.moe_config import GemmConfig, moe_config
+from runtime.kernels.moe_small_triton import experts_small_triton, small_splits
+from runtime.kernels.paged_attention_triton import num_sms
+
+SHAPES = {"thinker": (128, 2048, 768, 8), "talker": (128, 1024, 384, 6)}
+TOKENS = [1, 2, 4]
+GATE_UP_TILES = [GemmConfig(32, 128, 4, 4), GemmConfig(16, 128, 4, 4), GemmConfig(32, 64, 4, 4)]
+DOWN_TILES = [GemmConfig(16, 256, 4, 4), GemmConfig(16, 128, 4, 4), GemmConfig(32, 128, 4, 4)]
+GATE_UP_SPLITS = [1, 2, 3, 4, 6, 8]
+DOWN_SPLITS = [1, 2, 3, 4, 6, 8, 12, 16]
+
+
+def uniform_expectation(experts: int, top_k: int, tokens: int) -> float:
+    """Distinct experts a batch of `tokens` reads when each picks `top_k` of `experts` uniformly."""
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
+def bench_shape(name: str, shape: tuple[int, int, int, int], bandwidth: float, records: list[dict]) -> None:
+    experts, hidden, inter, top_k = shape
+    layers = Cycle([((torch.randn(experts, 2 * inter, hidden, device="cuda") / hidden**0.5).to(BF16),
+                     (torch.randn(experts, hidden, inter, device="cuda") / inter**0.5).to(BF16))
+                    for _ in range(copies_for(3 * experts * hidden * inter * 2, target=2 << 30, most=8))])
+    sms = num_sms(0)
+    for tokens in TOKENS:
+        x = torch.randn(tokens, hidden, device="cuda").to(BF16)
+        logits = torch.randn(tokens, experts, device="cuda").to(BF16)
+        touched = int(torch.unique(torch.topk(logits.float(), top_k, dim=-1).indices).numel())
+        shipped = moe_config(experts, hidden, inter, top_k, tokens, torch.cuda.get_device_name())
+        base = {"model": name, "tokens": tokens, "experts_touched": {"measured": touched,
+                "uniform": round(uniform_expectation(experts, top_k, tokens), 2)},
+                "min_bytes": touched * 3 * hidden * inter * 2}
+
+        def timed(gate_up: GemmConfig, down: GemmConfig, gu: int | None, dn: int | None, sweep: str) -> None:
+            ms = graph_ms(lambda: experts_small_triton(x, logits, *layers.next(), top_k, True, gate_up, down,
+                                                       gate_up_splits=gu, down_splits=dn))
+            rec = {**base, "sweep": sweep, "gate_up_tile": list(gate_up), "down_tile": list(down),
+                   "gate_up_splits": gu, "down_splits": dn, "us": round(ms * 1e3, 2),
+                   "hbm_ratio": round(base["min_bytes"] / bandwidth / (ms * 1e-3), 3)}
+            records.append(rec)
+            print(f"{name:8s} T={tokens} {sweep:8s} gu {list(gate_up)} x{gu} dn {list(down)} x{dn}: "
+                  f"{rec['us']:7.2f} us ({rec['hbm_ratio']:.2f} of HBM)", flush=True)
+
+        gu_rule = small_splits(tokens * top_k * -(-inter // shipped.small_gate_up.block_n),
+                               -(-hidden // shipped.small_gate_up.block_k), sms)
+        dn_rule = small_splits(tokens * -(-hidden // shipped.small_down.block_n),
+                               top_k * -(-inter // shipped.small_down.block_k), sms)
+        timed(shipped.small_gate_up, shipped.small_down, 1, 1, "unsplit")
+        timed(shipped.small_gate_up, shipped.small_down, gu_rule, dn_rule, "rule")
+        for tile in GATE_UP_TILES:
+            for splits in GATE_UP_SPLITS:
+                timed(tile, shipped.small_down, splits, dn_rule, "gate_up")
+        for tile in DOWN_TILES:
+            for splits in DOWN_SPLITS:
+                timed(shipped.small_gate_up, tile, gu_rule, splits, "down")
+
+
+def best(records: list[dict]) -> dict:
+    """Per model and token count: the unsplit and rule times, and each kernel's fastest sweep point."""
+    out: dict = {}
+    for rec in records:
+        entry = out.setdefault(f"{rec['model']}.T{rec['tokens']}", {})
+        if rec["sweep"] in ("unsplit", "rule"):
+            entry[rec["sweep"]] = {k: rec[k] for k in ("us", "gate_up_splits", "down_splits", "hbm_ratio")}
+        else:
+            key = f"best_{rec['sweep']}"
+            if key not in entry or rec["us"] < entry[key]["us"]:
+                entry[key] = {k: rec[k] for k in ("us", "gate_up_tile", "gate_up_splits", "down_tile", "down_splits",
+                                                  "hbm_ratio")}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    args = parser.parse_args()
+    start = time.time()
+    bandwidth = copy_bandwidth()
+    records: list[dict] = []
+    for name in args.models:
+        bench_shape(name, SHAPES[name], bandwidth, records)
+        torch.cuda.empty_cache()  # the shape's weight copies are gone with its call
+    commit = os.environ.get("OMNIMESH_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                                 text=True).stdout.strip()
+    Path(args.out).write_text(json.dumps({
+        "device": torch.cuda.get_device_name(), "sms": num_sms(0), "copy_bandwidth_tb_s": round(bandwidth / 1e12, 3),
+        "torch": torch.__version__, "commit": commit or None, "seconds": round(time.time() - start, 1),
+        "command": "python bench/kernels/bench_moe_small_splits.py --out <file>",
+        "best": best(records), "records": records}, indent=1))
+    print(json.dumps(best(records), indent=1))
+
+
+if __name__ == "__main__":
+    main()
