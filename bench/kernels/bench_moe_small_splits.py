@@ -1,5 +1,5 @@
-"""The MoE small path's K splits (runtime/kernels/moe_small_triton.py) at 1, 2 and 4 tokens: a sweep of split
-counts and tiles for each of its two kernels, beside the unsplit kernels and the default rule's pick; writes JSON.
+"""The MoE small path's down splits (runtime/kernels/moe_small_triton.py) at 1, 2 and 4 tokens: split counts by down
+tile, beside the shipped tiles unsplit and the rule's pick; writes JSON.
 
 Run on the GPU machine:  PYTHONPATH=. python bench/kernels/bench_moe_small_splits.py --out splits.json
 A time is the whole small path (gate_up then down) inside a CUDA graph, median of replays (bench_kernels.graph_ms),
@@ -21,15 +21,13 @@ import torch
 
 from bench.kernels.bench_kernels import BF16, Cycle, copies_for, copy_bandwidth, graph_ms
 from runtime.kernels.moe_config import GemmConfig, moe_config
-from runtime.kernels.moe_small_triton import experts_small_triton, small_splits
+from runtime.kernels.moe_small_triton import down_splits, experts_small_triton
 from runtime.kernels.paged_attention_triton import num_sms
 
 SHAPES = {"thinker": (128, 2048, 768, 8), "talker": (128, 1024, 384, 6)}
 TOKENS = [1, 2, 4]
-GATE_UP_TILES = [GemmConfig(32, 128, 4, 4), GemmConfig(16, 128, 4, 4), GemmConfig(32, 64, 4, 4)]
 DOWN_TILES = [GemmConfig(16, 256, 4, 4), GemmConfig(16, 128, 4, 4), GemmConfig(32, 128, 4, 4)]
-GATE_UP_SPLITS = [1, 2, 3, 4, 6, 8]
-DOWN_SPLITS = [1, 2, 3, 4, 6, 8, 12, 16]
+SPLITS = [1, 2, 3, 4, 6, 8, 12, 16]
 
 
 def uniform_expectation(experts: int, top_k: int, tokens: int) -> float:
@@ -52,42 +50,31 @@ def bench_shape(name: str, shape: tuple[int, int, int, int], bandwidth: float, r
                 "uniform": round(uniform_expectation(experts, top_k, tokens), 2)},
                 "min_bytes": touched * 3 * hidden * inter * 2}
 
-        def timed(gate_up: GemmConfig, down: GemmConfig, gu: int | None, dn: int | None, sweep: str) -> None:
-            ms = graph_ms(lambda: experts_small_triton(x, logits, *layers.next(), top_k, True, gate_up, down,
-                                                       gate_up_splits=gu, down_splits=dn))
-            rec = {**base, "sweep": sweep, "gate_up_tile": list(gate_up), "down_tile": list(down),
-                   "gate_up_splits": gu, "down_splits": dn, "us": round(ms * 1e3, 2),
+        def timed(down: GemmConfig, splits: int, sweep: str) -> None:
+            ms = graph_ms(lambda: experts_small_triton(x, logits, *layers.next(), top_k, True, shipped.small_gate_up,
+                                                       down, splits))
+            rec = {**base, "sweep": sweep, "gate_up_tile": list(shipped.small_gate_up), "down_tile": list(down),
+                   "splits": splits, "us": round(ms * 1e3, 2),
                    "hbm_ratio": round(base["min_bytes"] / bandwidth / (ms * 1e-3), 3)}
             records.append(rec)
-            print(f"{name:8s} T={tokens} {sweep:8s} gu {list(gate_up)} x{gu} dn {list(down)} x{dn}: "
-                  f"{rec['us']:7.2f} us ({rec['hbm_ratio']:.2f} of HBM)", flush=True)
+            print(f"{name:8s} T={tokens} {sweep:7s} down {list(down)} x{splits}: {rec['us']:7.2f} us "
+                  f"({rec['hbm_ratio']:.2f} of HBM)", flush=True)
 
-        gu_rule = small_splits(tokens * top_k * -(-inter // shipped.small_gate_up.block_n),
-                               -(-hidden // shipped.small_gate_up.block_k), sms)
-        dn_rule = small_splits(tokens * -(-hidden // shipped.small_down.block_n),
-                               top_k * -(-inter // shipped.small_down.block_k), sms)
-        timed(shipped.small_gate_up, shipped.small_down, 1, 1, "unsplit")
-        timed(shipped.small_gate_up, shipped.small_down, gu_rule, dn_rule, "rule")
-        for tile in GATE_UP_TILES:
-            for splits in GATE_UP_SPLITS:
-                timed(tile, shipped.small_down, splits, dn_rule, "gate_up")
-        for tile in DOWN_TILES:
-            for splits in DOWN_SPLITS:
-                timed(shipped.small_gate_up, tile, gu_rule, splits, "down")
+        for down in dict.fromkeys([shipped.small_down, *DOWN_TILES]):
+            rule = down_splits(tokens * -(-hidden // down.block_n), top_k * -(-inter // down.block_k), sms)
+            timed(down, rule, "rule")
+            for splits in SPLITS:
+                timed(down, splits, "sweep")
 
 
 def best(records: list[dict]) -> dict:
-    """Per model and token count: the unsplit and rule times, and each kernel's fastest sweep point."""
+    """Per model, token count and down tile: the rule's pick and the fastest split count."""
     out: dict = {}
     for rec in records:
-        entry = out.setdefault(f"{rec['model']}.T{rec['tokens']}", {})
-        if rec["sweep"] in ("unsplit", "rule"):
-            entry[rec["sweep"]] = {k: rec[k] for k in ("us", "gate_up_splits", "down_splits", "hbm_ratio")}
-        else:
-            key = f"best_{rec['sweep']}"
-            if key not in entry or rec["us"] < entry[key]["us"]:
-                entry[key] = {k: rec[k] for k in ("us", "gate_up_tile", "gate_up_splits", "down_tile", "down_splits",
-                                                  "hbm_ratio")}
+        entry = out.setdefault(f"{rec['model']}.T{rec['tokens']}.down{rec['down_tile']}", {})
+        key = "rule" if rec["sweep"] == "rule" else "best"
+        if key == "rule" or "best" not in entry or rec["us"] < entry["best"]["us"]:
+            entry[key] = {"splits": rec["splits"], "us": rec["us"], "hbm_ratio": rec["hbm_ratio"]}
     return out
 
 

@@ -7,11 +7,12 @@ each activation at its pair's row. The down kernel's grid is tokens x output til
 expert outputs, scaled by their routing weights, in one fp32 accumulator, so no per-pair output and no reduce launch
 are left.
 
-At one to four tokens those grids are small (the Thinker's down at one token: 128 programs of 16 outputs, each
-streaming 8 experts), and an SM with one program has too few loads in flight to read at HBM speed. Both kernels then
-split their K loop (`small_splits`): each split stores fp32 partials and counts its arrival on the tile's counter, and
-the tile's last program adds the partials in split order, so no float atomics are used and graph replays equal eager
-calls bit for bit, whichever program arrives last.
+At one or two tokens the down grid is small (the Thinker's at one token: 64 programs of 32 outputs, each streaming
+8 experts), and an SM with one program has too few loads in flight to read at HBM speed, so down splits its loop
+(`down_splits`): each split stores fp32 partials and counts its arrival on the tile's counter, and the tile's last
+program adds the partials in split order. No float atomics anywhere, so graph replays equal eager calls bit for bit,
+whichever program arrives last. (Splitting gate_up's K loop too was measured and never paid: its grid is k times
+larger.)
 """
 from __future__ import annotations
 
@@ -26,25 +27,23 @@ from runtime.kernels.paged_attention_triton import num_sms
 from runtime.kernels.skinny_gemm_triton import MAX_SPLIT_TILES, arrival_counters
 
 MMA_ROWS = 16  # tl.dot's smallest row count: the tile holds up to this many tokens before it grows
-# Split a kernel's K loop until its programs reach this many per SM (loads in flight), never below one K step a split.
+# down's loop is split until its programs reach this many an SM (H100, bench_moe_small_splits.py: within 3% of the
+# best split count of each tile at 1-4 tokens, Thinker and Talker shapes)
 SPLIT_PROGRAMS_PER_SM = 2
 
 
 @triton.jit(do_not_specialize=["num_tokens"])
 def _small_gate_up_kernel(
-    logits_ptr, x_ptr, w_ptr, act_ptr, ids_ptr, weights_ptr, part_ptr, counter_ptr,
-    num_tokens, num_experts, N, K, k_per_split,
-    stride_lt, stride_xt, stride_we, stride_wn, stride_ar, stride_ps, stride_pr,
+    logits_ptr, x_ptr, w_ptr, act_ptr, ids_ptr, weights_ptr,
+    num_tokens, num_experts, N, K,
+    stride_lt, stride_xt, stride_we, stride_wn, stride_ar,
     TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_E: tl.constexpr, ROWS: tl.constexpr, RENORM: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, SPLITS: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
 ):
-    """Program (pair, n-tile, split). act[t * k + slot, n] = silu(x[t] . w[e, n]) * (x[t] . w[e, N + n]) for every
-    token t routed to this pair's expert e, computed by the expert's leader only; ids/weights[pair] record the
-    routing. With SPLITS > 1 the leader's split programs each cover K [split * k_per_split, + that) and the last of
-    them to arrive sums their partials and applies silu * up."""
+    """Program (pair, n-tile). act[t * k + slot, n] = silu(x[t] . w[e, n]) * (x[t] . w[e, N + n]) for every token t
+    routed to this pair's expert e, computed by the expert's leader only; ids/weights[pair] record the routing."""
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
-    split = tl.program_id(2)
     rows = tl.arange(0, ROWS)  # row r of every tile is token r
     row_ok = rows < num_tokens
     top_ids, top_w = topk_softmax_rows(logits_ptr, rows, row_ok, num_experts, stride_lt, TOP_K, K_PAD, BLOCK_E,
@@ -54,7 +53,7 @@ def _small_gate_up_kernel(
     listed = row_ok[:, None] & (slots[None, :] < TOP_K)
     mine = pair_of == pair
     expert = tl.sum(tl.sum(tl.where(mine, top_ids, 0), 1), 0)
-    if (pid_n == 0) & (split == 0):
+    if pid_n == 0:
         weight = tl.sum(tl.sum(tl.where(mine, top_w, 0.0), 1), 0)
         tl.store(ids_ptr + pair, expert)
         tl.store(weights_ptr + pair, weight.to(weights_ptr.dtype.element_ty))
@@ -65,21 +64,19 @@ def _small_gate_up_kernel(
         slot = tl.sum(tl.where(routed, slots[None, :], 0), 1)  # [ROWS] where the expert sits in each token's list
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = offs_n < N
-        k_lo = split * k_per_split
-        k_hi = tl.minimum(K, k_lo + k_per_split)
         offs_k = tl.arange(0, BLOCK_K)
-        a_ptrs = x_ptr + rows[:, None].to(tl.int64) * stride_xt + (k_lo + offs_k)[None, :]
-        g_ptrs = w_ptr + expert.to(tl.int64) * stride_we + offs_n[None, :] * stride_wn + (k_lo + offs_k)[:, None]
+        a_ptrs = x_ptr + rows[:, None].to(tl.int64) * stride_xt + offs_k[None, :]
+        g_ptrs = w_ptr + expert.to(tl.int64) * stride_we + offs_n[None, :] * stride_wn + offs_k[:, None]
         u_ptrs = g_ptrs + N * stride_wn  # rows [gate; up]: the up half starts N rows later
         acc_g = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-        for k0 in range(k_lo, k_hi, BLOCK_K):
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
             if EVEN_K:
                 a = tl.load(a_ptrs, mask=uses[:, None], other=0.0)
                 g = tl.load(g_ptrs, mask=n_ok[None, :], other=0.0)
                 u = tl.load(u_ptrs, mask=n_ok[None, :], other=0.0)
             else:
-                k_ok = offs_k < K - k0
+                k_ok = offs_k < K - k * BLOCK_K
                 a = tl.load(a_ptrs, mask=uses[:, None] & k_ok[None, :], other=0.0)
                 g = tl.load(g_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
                 u = tl.load(u_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
@@ -88,25 +85,10 @@ def _small_gate_up_kernel(
             a_ptrs += BLOCK_K
             g_ptrs += BLOCK_K
             u_ptrs += BLOCK_K
+        act = acc_g * tl.sigmoid(acc_g) * acc_u
         out_rows = (rows * TOP_K + slot).to(tl.int64)
-        mask = uses[:, None] & n_ok[None, :]
-        act_ptrs = act_ptr + out_rows[:, None] * stride_ar + offs_n[None, :]
-        if SPLITS == 1:
-            tl.store(act_ptrs, (acc_g * tl.sigmoid(acc_g) * acc_u).to(act_ptr.dtype.element_ty), mask=mask)
-        else:
-            parts = part_ptr + out_rows[:, None] * stride_pr + offs_n[None, :]  # split 0's gate; up N columns on
-            tl.store(parts + split * stride_ps, acc_g, mask=mask)
-            tl.store(parts + split * stride_ps + N, acc_u, mask=mask)
-            tl.debug_barrier()  # every thread's partials are stored before the arrival releases them
-            counter = counter_ptr + pair * tl.num_programs(1) + pid_n
-            if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:  # the last split of the tile
-                acc_g = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-                acc_u = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-                for s in range(SPLITS):  # split order, whichever program arrived last: the same sums every run
-                    acc_g += tl.load(parts + s * stride_ps, mask=mask, other=0.0, cache_modifier=".cg")
-                    acc_u += tl.load(parts + s * stride_ps + N, mask=mask, other=0.0, cache_modifier=".cg")
-                tl.store(act_ptrs, (acc_g * tl.sigmoid(acc_g) * acc_u).to(act_ptr.dtype.element_ty), mask=mask)
-                tl.store(counter, 0)  # zero for the next launch (launches on a stream run in order)
+        tl.store(act_ptr + out_rows[:, None] * stride_ar + offs_n[None, :], act.to(act_ptr.dtype.element_ty),
+                 mask=uses[:, None] & n_ok[None, :])
 
 
 @triton.jit
@@ -172,27 +154,18 @@ def _small_down_sum_kernel(
             tl.store(counter, 0)  # zero for the next launch
 
 
-def small_splits(programs: int, steps: int, sms: int) -> int:
-    """How many ways to split a K loop of `steps` steps run by `programs` programs: none while they cover 90% of
-    the SMs, else until there are about SPLIT_PROGRAMS_PER_SM programs an SM."""
-    if 10 * programs >= 9 * sms:
-        return 1
+def down_splits(programs: int, steps: int, sms: int) -> int:
+    """How many ways down splits its loop of `steps` (expert slot, K step) steps run by `programs` programs: until
+    there are SPLIT_PROGRAMS_PER_SM programs an SM, a split at least one step."""
     return max(1, min(-(-SPLIT_PROGRAMS_PER_SM * sms // programs), steps))
-
-
-def _per_split(steps: int, splits: int) -> tuple[int, int]:
-    """(used splits, steps per split): `steps` cut as evenly as whole steps allow, no split left empty."""
-    per = -(-steps // max(1, min(splits, steps)))
-    return -(-steps // per), per
 
 
 def experts_small_triton(
     x: torch.Tensor, logits: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, top_k: int,
-    norm_topk_prob: bool, gate_up_cfg: GemmConfig, down_cfg: GemmConfig,
-    gate_up_splits: int | None = None, down_splits: int | None = None,
+    norm_topk_prob: bool, gate_up_cfg: GemmConfig, down_cfg: GemmConfig, splits: int | None = None,
 ) -> torch.Tensor:
     """Route by `logits` [T, E] and run the routed experts: x [T, H] -> [T, H], two launches, no host sync.
-    `*_splits` None take `small_splits`'s rule (a benchmark sweeps them)."""
+    `splits`: how many ways down splits its loop (None: `down_splits`'s rule; a benchmark sweeps it)."""
     num_tokens, hidden = x.shape
     num_experts, two_inter, _ = w_gate_up.shape
     inter = two_inter // 2
@@ -203,42 +176,33 @@ def experts_small_triton(
     ids = torch.empty(num_pairs, dtype=torch.int32, device=x.device)
     weights = torch.empty(num_pairs, dtype=logits.dtype, device=x.device)  # the reference rounds them so
     out = torch.empty_like(x)
-    sms = num_sms(x.device.index or 0)
-    gu_tiles = triton.cdiv(inter, gate_up_cfg.block_n)
-    gu_steps = triton.cdiv(hidden, gate_up_cfg.block_k)
-    gu_splits, gu_per = _per_split(gu_steps, gate_up_splits or small_splits(num_pairs * gu_tiles, gu_steps, sms))
-    gu_parts, counters = _split_buffers(gu_splits, num_pairs, two_inter, num_pairs * gu_tiles, x)
-    _small_gate_up_kernel[(num_pairs, gu_tiles, gu_splits)](
-        logits, x, w_gate_up, act, ids, weights, gu_parts, counters,
-        num_tokens, num_experts, inter, hidden, gu_per * gate_up_cfg.block_k,
+    _small_gate_up_kernel[(num_pairs, triton.cdiv(inter, gate_up_cfg.block_n))](
+        logits, x, w_gate_up, act, ids, weights,
+        num_tokens, num_experts, inter, hidden,
         logits.stride(0), x.stride(0), w_gate_up.stride(0), w_gate_up.stride(1), act.stride(0),
-        gu_parts.stride(0), gu_parts.stride(-2),
         TOP_K=top_k, K_PAD=next_power_of_2(top_k), BLOCK_E=next_power_of_2(num_experts),
         ROWS=max(MMA_ROWS, next_power_of_2(num_tokens)), RENORM=norm_topk_prob,
         BLOCK_N=gate_up_cfg.block_n, BLOCK_K=gate_up_cfg.block_k, EVEN_K=hidden % gate_up_cfg.block_k == 0,
-        SPLITS=gu_splits, num_warps=gate_up_cfg.num_warps, num_stages=gate_up_cfg.num_stages,
+        num_warps=gate_up_cfg.num_warps, num_stages=gate_up_cfg.num_stages,
     )
-    dn_tiles = triton.cdiv(hidden, down_cfg.block_n)
-    dn_steps = top_k * triton.cdiv(inter, down_cfg.block_k)  # the flat (expert slot, K step) loop
-    dn_splits, dn_per = _per_split(dn_steps, down_splits or small_splits(num_tokens * dn_tiles, dn_steps, sms))
-    dn_parts, counters = _split_buffers(dn_splits, num_tokens, hidden, num_tokens * dn_tiles, x)
-    _small_down_sum_kernel[(num_tokens, dn_tiles, dn_splits)](
-        act, w_down, out, ids, weights, dn_parts, counters,
-        hidden, inter, dn_per,
-        act.stride(0), w_down.stride(0), w_down.stride(1), out.stride(0), dn_parts.stride(0),
+    tiles = triton.cdiv(hidden, down_cfg.block_n)
+    steps = top_k * triton.cdiv(inter, down_cfg.block_k)  # the flat (expert slot, K step) loop
+    wanted = splits or down_splits(num_tokens * tiles, steps, num_sms(x.device.index or 0))
+    per_split = -(-steps // max(1, min(wanted, steps)))
+    used = -(-steps // per_split)  # as even as whole steps allow, none left empty
+    parts = counters = out  # unused without splits
+    if used > 1:
+        if num_tokens * tiles > MAX_SPLIT_TILES:
+            raise ValueError(f"a split small-MoE down over {num_tokens * tiles} tiles: at most {MAX_SPLIT_TILES}")
+        parts = torch.empty(used, num_tokens, hidden, dtype=torch.float32, device=x.device)
+        # shared with the skinny GEMM's split-K launches
+        counters = arrival_counters(x.device, x.is_cuda and torch.cuda.is_current_stream_capturing())
+    _small_down_sum_kernel[(num_tokens, tiles, used)](
+        act, w_down, out, ids, weights, parts, counters,
+        hidden, inter, per_split,
+        act.stride(0), w_down.stride(0), w_down.stride(1), out.stride(0), parts.stride(0),
         TOP_K=top_k, K_PAD=next_power_of_2(top_k), ROWS=MMA_ROWS,
         BLOCK_N=down_cfg.block_n, BLOCK_K=down_cfg.block_k, EVEN_K=inter % down_cfg.block_k == 0,
-        SPLITS=dn_splits, num_warps=down_cfg.num_warps, num_stages=down_cfg.num_stages,
+        SPLITS=used, num_warps=down_cfg.num_warps, num_stages=down_cfg.num_stages,
     )
     return out
-
-
-def _split_buffers(splits: int, rows: int, cols: int, tiles: int, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """A split launch's fp32 partials [splits, rows, cols] and the arrival counters its tiles count on (shared with
-    the skinny GEMM's split-K launches); a placeholder pair when the launch has no splits."""
-    if splits == 1:
-        return x, x
-    if tiles > MAX_SPLIT_TILES:
-        raise ValueError(f"a split small-MoE launch over {tiles} tiles: at most {MAX_SPLIT_TILES}")
-    parts = torch.empty(splits, rows, cols, dtype=torch.float32, device=x.device)
-    return parts, arrival_counters(x.device, x.is_cuda and torch.cuda.is_current_stream_capturing())

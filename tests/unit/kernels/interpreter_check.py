@@ -99,16 +99,15 @@ def check_small_moe(dtype: torch.dtype) -> None:
                                seed=tokens)
         out = routed_moe_triton(x.to(dtype), logits.to(dtype), *weights, top_k, renorm, None, cfg)
         assert rel_err(out, routed_moe_reference(x, logits, w_gate_up, w_down, top_k, renorm)) < tol, tokens
-    # K split explicitly (the rule above splits every one of these few-program launches): none, even and ragged
-    # splits of gate_up's 4 K steps and of down's 3 experts x 2 steps (its last K step uneven)
+    # down's loop split explicitly (the rule splits every one of these few-program launches): none, even and ragged
+    # splits of its 3 experts x 2 K steps, the last K step uneven
     fine = (GemmConfig(32, 16, 4, 2), GemmConfig(16, 32, 4, 2))
-    for tokens, gate_up_splits, down_splits in ((1, 1, 1), (1, 3, 4), (5, 2, 6), (6, 4, 5)):
+    for tokens, splits in ((1, 1), (1, 4), (5, 6), (6, 5)):
         x = torch.randn(tokens, hidden, generator=gen)
         logits = skewed_logits(tokens, experts, top_k, hot=2, dtype=torch.float32, device="cpu", seed=tokens)
-        out = experts_small_triton(x.to(dtype), logits.to(dtype), *weights, top_k, True, *fine,
-                                   gate_up_splits=gate_up_splits, down_splits=down_splits)
+        out = experts_small_triton(x.to(dtype), logits.to(dtype), *weights, top_k, True, *fine, splits=splits)
         ref = routed_moe_reference(x, logits, w_gate_up, w_down, top_k, True)
-        assert rel_err(out, ref) < tol, (tokens, gate_up_splits, down_splits)
+        assert rel_err(out, ref) < tol, (tokens, splits)
     x = torch.randn(6, hidden, generator=gen)
     same = torch.randn(1, experts, generator=gen).expand(6, experts).contiguous()  # every token the same k experts
     out = routed_moe_triton(x.to(dtype), same.to(dtype), *weights, top_k, True, None, small)
