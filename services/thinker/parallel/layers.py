@@ -31,11 +31,8 @@ class ParallelDenseMLP(DenseMLP):
         super().__init__(hidden_size, intermediate_size)
         self.group = group
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.group.all_reduce(super().forward(x))
-
-    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
-        return self.group.all_reduce(super().forward_fused(x))
+    def reduce(self, out: torch.Tensor) -> torch.Tensor:
+        return self.group.all_reduce(out)
 
 
 class ParallelSparseMoE(SparseMoE):

@@ -105,3 +105,43 @@ def test_cuda_graph_replay_equals_eager_calls() -> None:
         torch.cuda.synchronize()
         for got, want in zip(captured, run()):
             assert torch.equal(got, want), step
+
+
+@pytest.mark.parametrize("rows", [1, 4, 16])
+@pytest.mark.parametrize(("weight_rows", "epilogue"), [(4096, None), (12288, Epilogue.SILU_MUL), (1024, None)])
+@pytest.mark.parametrize("zero_centred", [False, True])
+def test_norm_prologue_matches_the_norm_then_the_gemm(rows: int, weight_rows: int, epilogue: Epilogue | None,
+                                                      zero_centred: bool) -> None:
+    """The norm inside the GEMM against `fused_add_rmsnorm` then `skinny_linear` (Qwen3-ASR's q/k/v and gate/up, a
+    split narrow output): h bit-equal (one rounding of x + add either way), the output near the fp32 reference of
+    the separately normed rows."""
+    from runtime.kernels.rmsnorm import fused_add_rmsnorm
+    from runtime.kernels.skinny_gemm import skinny_norm_linear
+
+    x, w = operands(rows, weight_rows, 2048, seed=rows + weight_rows)
+    add = torch.randn(rows, 2048, device="cuda").to(BF16)
+    norm_w = (1 + torch.randn(2048, device="cuda") / 4).to(BF16)
+    for added in (add, None):
+        normed, h = fused_add_rmsnorm(x, added, norm_w, 1e-6, zero_centred)
+        got = skinny_norm_linear(x, added, norm_w, 1e-6, w, epilogue, zero_centred)
+        assert torch.equal(got.residual, h)
+        want, baseline = fp32_reference(normed, w, epilogue), skinny_linear(normed, w, epilogue)
+        # the two norms' rms may part in an fp32 last bit, so a few normed inputs a bf16 step: a looser bound
+        torch.testing.assert_close(got.out.float(), want, rtol=1.6e-2, atol=1.6e-2)
+        assert rel_err(got.out, want) <= 2 * rel_err(baseline, want) + 1e-3
+
+
+def test_norm_prologue_replays_in_a_cuda_graph() -> None:
+    from runtime.kernels.skinny_gemm import skinny_norm_linear
+
+    x, w = operands(2, 1024, 2048, seed=5)  # a narrow output: split over K
+    add, norm_w = torch.randn_like(x), torch.ones(2048, device="cuda", dtype=BF16)
+    skinny_norm_linear(x, add, norm_w, 1e-6, w)  # compiles and allocates the counters outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = skinny_norm_linear(x, add, norm_w, 1e-6, w)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = skinny_norm_linear(x, add, norm_w, 1e-6, w)
+    assert torch.equal(captured.out, eager.out) and torch.equal(captured.residual, eager.residual)
