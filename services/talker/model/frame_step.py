@@ -274,16 +274,17 @@ class FrameStep:
         x = torch.stack((past, code0_embed), dim=1)  # (B, 2, hidden): position 0 the talker state, 1 code 0
         embeds, codes = [code0_embed], []
         for g, step in enumerate(plan.predictor, start=1):
-            last = self._predictor_forward(x, step, plan.predictor_tables)
-            logits = predictor.lm_head[g - 1](last).float()
+            logits = self._predictor_forward(x, step, plan.predictor_tables, predictor.lm_head[g - 1].weight).float()
             code = picker(logits, None if mode == "greedy" else noise[:, g - 1])
             codes.append(code)
             embeds.append(predictor.codec_embedding[g - 1](code))
             x = embeds[-1][:, None]
         return torch.stack(codes, dim=1), torch.stack(embeds, dim=1).sum(dim=1)
 
-    def _predictor_forward(self, x: torch.Tensor, step: _PredictorStep, block_tables: torch.Tensor) -> torch.Tensor:
-        """x `(B, T, hidden)` at the step's positions (every row alike) -> the last position's normed state.
+    def _predictor_forward(self, x: torch.Tensor, step: _PredictorStep, block_tables: torch.Tensor,
+                           head: torch.Tensor) -> torch.Tensor:
+        """x `(B, T, hidden)` at the step's positions (every row alike) -> `head`'s logits of the last position's
+        normed state (the final norm inside the head's GEMM where the skinny GEMM runs).
 
         Row b keeps this frame's keys in block b of `predictor_kv` (fresh every frame: the first step writes
         positions 0 and 1, later steps one each, and attention reads only what this frame wrote).
@@ -300,7 +301,7 @@ class FrameStep:
             act, residual = self.linear.normed(out, residual, a.post_norm, a.eps, w.gate_up, Epilogue.SILU_MUL)
             h = self.linear(act, w.down)
         last = lambda t: t.view(batch, steps, dim)[:, -1]  # noqa: E731 - the norm is per token: only the last one
-        return fused_add_rmsnorm(last(h), last(residual), predictor.norm.weight, predictor.norm.eps).normed
+        return self.linear.normed(last(h), last(residual), predictor.norm.weight, predictor.norm.eps, head)[0]
 
     # --- talker decode step ------------------------------------------------------------------------------------
 
