@@ -8,7 +8,6 @@ weight, x and the output once. Baselines: F.linear; F.linear on rows padded to 8
 rows before the skinny GEMM: a copy into an 8-row buffer first; M < 8 only); with the fused SwiGLU, F.linear then
 silu_mul.
 --sweep times a grid of tilings at a few shapes and row counts, next to the default rule's pick.
-Linears fed by a residual add + RMSNorm are also timed with it: its launch then ours or F.linear, or inside ours.
 """
 from __future__ import annotations
 
@@ -29,20 +28,13 @@ import triton
 
 from runtime.kernels.activation import silu_mul
 from runtime.kernels.paged_attention_triton import num_sms
-from runtime.kernels.rmsnorm import fused_add_rmsnorm
-from runtime.kernels.skinny_gemm import (
-    Epilogue, SkinnyConfig, skinny_config, skinny_linear, skinny_norm_linear, split_plan,
-)
+from runtime.kernels.skinny_gemm import Epilogue, SkinnyConfig, skinny_config, skinny_linear, split_plan
 
 BF16 = torch.bfloat16
 DEVICE = "cuda"  # a dev dry run of the harness swaps in "cpu" (and a stand-in for graph_us)
 ROWS = [1, 2, 4, 8, 16]
 PAD_ROWS = 8  # the padded baseline's rows
 WEIGHT_BYTES_TARGET = 256 << 20  # weight copies per shape: together well past the H200's L2
-# The linears whose input is a residual add + RMSNorm: also timed with that norm (norm_* variants), as the norm's
-# launch then the GEMM, and inside the skinny GEMM (skinny_norm_linear)
-NORMED_INPUT = {"predictor.qkv", "predictor.gate_up+silu", "predictor.lm_head", "talker.qkv", "thinker.qkv",
-                "asr.qkv", "asr.gate_up+silu"}
 
 
 class Shape(NamedTuple):
@@ -146,12 +138,6 @@ def bench_case(case: Case, rows: int, args: argparse.Namespace) -> dict:
     if rows < PAD_ROWS:
         pad = padded(x)
         variants["padded8"] = lambda w: then(pad(w))
-    if shape.name in NORMED_INPUT:
-        add, norm_w = torch.randn_like(x), torch.ones(shape.k, device=DEVICE, dtype=BF16)
-        normed = lambda: fused_add_rmsnorm(x, add, norm_w).normed  # noqa: E731
-        variants["norm_in_ours"] = lambda w: skinny_norm_linear(x, add, norm_w, 1e-6, w, shape.epilogue).out
-        variants["norm_then_ours"] = lambda w: skinny_linear(normed(), w, shape.epilogue)
-        variants["norm_then_f_linear"] = lambda w: then(F.linear(normed(), w))
     for name, fn in variants.items():
         us = graph_us(case.calls(fn, args.calls), args.repeats)
         rec[f"{name}_us"] = us

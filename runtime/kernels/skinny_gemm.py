@@ -14,10 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from runtime.kernels._backend import next_power_of_2, use_triton
-from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference
 
-__all__ = ["SKINNY_MAX_ROWS", "Epilogue", "NormLinear", "NormPrologue", "Prologue", "SkinnyConfig", "check_config",
-           "skinny_config", "skinny_linear", "skinny_linear_reference", "skinny_norm_linear", "split_plan"]
+__all__ = ["SKINNY_MAX_ROWS", "Epilogue", "SkinnyConfig", "check_config", "skinny_config", "skinny_linear",
+           "skinny_linear_reference", "split_plan"]
 
 SKINNY_MAX_ROWS = 16  # the kernel pads the rows to one 16-row MMA tile; more rows belong to a real GEMM
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -32,28 +31,6 @@ class Epilogue(enum.IntEnum):
 
     SILU_MUL = 1  # W is [gate; up] (2I, K), rows stacked as in the fused gate_up weights: silu(x@Wg^T) * (x@Wu^T)
     RESIDUAL = 2  # residual + x @ W^T, residual (M, N)
-
-
-class Prologue(enum.IntEnum):
-    """The norm `skinny_norm_linear` runs on x first; the values are the kernel's."""
-
-    RMSNORM = 1  # weight * rmsnorm(h), rounded to h's dtype before the weight (rmsnorm_reference)
-    ZERO_CENTRED = 2  # Qwen3.5's (1 + weight) * rmsnorm(h), rounded once (zero_centred_rmsnorm_reference)
-
-
-class NormPrologue(NamedTuple):
-    """What the kernel needs for the prologue: h = x + add (x alone when add is None), stored at sum_out."""
-
-    weight: torch.Tensor  # (K,)
-    eps: float
-    kind: Prologue
-    add: torch.Tensor | None
-    sum_out: torch.Tensor | None
-
-
-class NormLinear(NamedTuple):
-    out: torch.Tensor  # the GEMM's output, as skinny_linear's
-    residual: torch.Tensor  # h = x + add (x itself without add): the next layer's residual, as fused_add_rmsnorm's
 
 
 class SkinnyConfig(NamedTuple):
@@ -187,34 +164,3 @@ def skinny_linear(
 
         return skinny_gemm_triton(x, weight, epilogue, residual, config)
     return skinny_linear_reference(x, weight, epilogue, residual)
-
-
-def skinny_norm_linear(
-    x: torch.Tensor, add: torch.Tensor | None, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
-    epilogue: Epilogue | None = None, zero_centred: bool = False,
-) -> NormLinear:
-    """`fused_add_rmsnorm(x, add, norm_weight, eps, zero_centred)` then `skinny_linear` of its output, in one Triton
-    launch for CUDA bf16/fp16 tensors (the two references otherwise). A decode step's norms feed a GEMM: the norm's
-    own launch (~2 us) and its gap go, for a pass over the rows' K inside each program (their bytes are in L2).
-
-    x and add (M <= SKINNY_MAX_ROWS, K) with unit stride along K; norm_weight (K,). Returns the GEMM's output and
-    h = x + add (x itself without add), as `fused_add_rmsnorm` returns it for the next layer's residual add."""
-    _check_inputs(x, weight, epilogue, None)
-    rows, k = x.shape
-    if norm_weight.shape != (k,) or norm_weight.dtype != x.dtype or norm_weight.device != x.device:
-        raise ValueError(f"norm_weight must be ({k},) {x.dtype} on {x.device}; got {tuple(norm_weight.shape)} "
-                         f"{norm_weight.dtype} on {norm_weight.device}")
-    if add is not None and (add.shape != x.shape or add.dtype != x.dtype or add.device != x.device
-                            or (add.stride(1) != 1 and k > 1)):
-        raise ValueError(f"add must be {tuple(x.shape)} {x.dtype} on {x.device} with unit stride along K; got "
-                         f"{tuple(add.shape)} {add.dtype} on {add.device}, strides {add.stride()}")
-    if use_triton(x, weight, norm_weight) and x.numel() and weight.numel():
-        from runtime.kernels.skinny_gemm_triton import skinny_gemm_triton  # imports triton
-
-        h = x if add is None else torch.empty_like(x, memory_format=torch.contiguous_format)
-        kind = Prologue.ZERO_CENTRED if zero_centred else Prologue.RMSNORM
-        out = skinny_gemm_triton(x, weight, epilogue, None, None,
-                                 NormPrologue(norm_weight, eps, kind, add, None if add is None else h))
-        return NormLinear(out, h)
-    normed, h = add_rmsnorm_reference(x, add, norm_weight, eps, zero_centred)
-    return NormLinear(skinny_linear_reference(normed, weight, epilogue), h)

@@ -1,6 +1,5 @@
 """Triton skinny GEMM: y = x @ W^T for at most 16 rows, the weight read once, split over K when the outputs alone
-give too few programs; epilogues silu(gate) * up over a stacked [gate; up] weight, or + residual; optionally the
-residual add and RMSNorm before it as a prologue (x is then the norm's input, not the GEMM's)."""
+give too few programs; epilogues silu(gate) * up over a stacked [gate; up] weight, or + residual."""
 from __future__ import annotations
 
 import torch
@@ -8,9 +7,7 @@ import triton
 import triton.language as tl
 
 from runtime.kernels.paged_attention_triton import num_sms
-from runtime.kernels.skinny_gemm import (
-    SKINNY_MAX_ROWS, Epilogue, NormPrologue, Prologue, SkinnyConfig, skinny_config, split_plan,
-)
+from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, SkinnyConfig, skinny_config, split_plan
 
 # Split-K launches count their programs' arrivals per output tile here; a tile's last program resets its counter.
 MAX_SPLIT_TILES = 4096
@@ -18,8 +15,6 @@ _COUNTERS: dict[torch.device, torch.Tensor] = {}
 # the jitted kernel reads module globals only as constexprs
 SILU_MUL = tl.constexpr(int(Epilogue.SILU_MUL))
 RESIDUAL = tl.constexpr(int(Epilogue.RESIDUAL))
-RMSNORM = tl.constexpr(int(Prologue.RMSNORM))
-ZERO_CENTRED = tl.constexpr(int(Prologue.ZERO_CENTRED))
 
 
 @triton.jit
@@ -32,58 +27,20 @@ def _finish(acc, acc_up, out_ptr, res_ptr, rows, cols, mask, stride_om, stride_r
     tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _norm_rstd(x_ptr, add_ptr, sum_ptr, rows, row_ok, K, stride_xm, stride_am, stride_sm, write_sum, eps,
-               HAS_ADD: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The prologue's first pass: h = x + add (rounded to x's dtype, as the model's residual stream is), stored at
-    sum_ptr when `write_sum`; returns 1 / rms(h) per row [ROWS] in fp32."""
-    offs_k = tl.arange(0, BLOCK_K)
-    squares = tl.zeros([ROWS], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        mask = row_ok[:, None] & (k0 + offs_k < K)[None, :]
-        h = tl.load(x_ptr + rows[:, None] * stride_xm + (k0 + offs_k)[None, :], mask=mask, other=0.0)
-        if HAS_ADD:
-            added = tl.load(add_ptr + rows[:, None] * stride_am + (k0 + offs_k)[None, :], mask=mask, other=0.0)
-            h = (h.to(tl.float32) + added.to(tl.float32)).to(x_ptr.dtype.element_ty)
-            if write_sum:
-                tl.store(sum_ptr + rows[:, None] * stride_sm + (k0 + offs_k)[None, :], h, mask=mask)
-        hf = h.to(tl.float32)
-        squares += tl.sum(hf * hf, 1)
-    return tl.rsqrt(squares / K + eps)
-
-
-@triton.jit
-def _normed(a, add_ptrs, nw_ptr, offs, rstd, mask, k_ok, HAS_ADD: tl.constexpr, PROLOGUE: tl.constexpr):
-    """One K step of the GEMM's input from the norm's input tile `a`: (a + add) normed with `rstd` and weighted,
-    rounded as the reference rounds (rmsnorm_reference / zero_centred_rmsnorm_reference)."""
-    dtype = a.dtype
-    af = a.to(tl.float32)
-    if HAS_ADD:
-        af = (af + tl.load(add_ptrs, mask=mask, other=0.0).to(tl.float32)).to(dtype).to(tl.float32)
-    w = tl.load(nw_ptr + offs, mask=k_ok, other=0.0)
-    if PROLOGUE == ZERO_CENTRED:
-        return (af * rstd[:, None] * (1.0 + w.to(tl.float32))[None, :]).to(dtype)
-    return ((af * rstd[:, None]).to(dtype).to(tl.float32) * w.to(tl.float32)[None, :]).to(dtype)
-
-
 @triton.jit(do_not_specialize=["M"])  # one compile for every row count
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, out_ptr, res_ptr, part_ptr, counter_ptr, add_ptr, nw_ptr, sum_ptr,
-    M, N, K, k_per_split, eps,
-    stride_xm, stride_om, stride_rm, stride_ps, stride_pm, stride_am, stride_sm,
+    x_ptr, w_ptr, out_ptr, res_ptr, part_ptr, counter_ptr,
+    M, N, K, k_per_split,
+    stride_xm, stride_om, stride_rm, stride_ps, stride_pm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    EVEN_K: tl.constexpr, EPILOGUE: tl.constexpr, PRECISION: tl.constexpr, PROLOGUE: tl.constexpr,
-    HAS_ADD: tl.constexpr,
+    EVEN_K: tl.constexpr, EPILOGUE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Program (split, tile): outputs [tile * BLOCK_N, +BLOCK_N) of every row, over K [split * k_per_split, + that).
 
     The M rows are the MMA tile's first rows (the rest masked to zero), so each weight element is loaded by one
     program only. With SILU_MUL output n takes weight rows n (gate) and N + n (up) in the same loop. With splits,
     each program stores its fp32 partials [SPLIT_K, M, weight rows] and counts its arrival; the tile's last program
-    adds the SPLIT_K partials in split order (deterministic, no float atomics) and runs the epilogue.
-
-    With a PROLOGUE, x is the norm's input: each program first finds its rows' 1 / rms over all of K (program
-    (0, 0) also stores x + add at sum_ptr, the next layer's residual), then normalises each K step as it loads it."""
+    adds the SPLIT_K partials in split order (deterministic, no float atomics) and runs the epilogue."""
     split = tl.program_id(0)
     tile = tl.program_id(1)
     rows = tl.arange(0, ROWS)
@@ -96,25 +53,17 @@ def _skinny_gemm_kernel(
     x_ptrs = x_ptr + rows[:, None] * stride_xm + (k_lo + offs_k)[None, :]  # [ROWS, BLOCK_K]
     w_ptrs = w_ptr + cols[None, :].to(tl.int64) * K + (k_lo + offs_k)[:, None]  # [BLOCK_K, BLOCK_N]: W^T's tile
     up_ptrs = w_ptr + (cols + N)[None, :].to(tl.int64) * K + (k_lo + offs_k)[:, None]
-    add_ptrs = add_ptr + rows[:, None] * stride_am + (k_lo + offs_k)[None, :]  # HAS_ADD only
-    rstd = tl.zeros([ROWS], dtype=tl.float32)  # PROLOGUE only
-    if PROLOGUE != 0:
-        rstd = _norm_rstd(x_ptr, add_ptr, sum_ptr, rows, row_ok, K, stride_xm, stride_am, stride_sm,
-                          (split == 0) & (tile == 0), eps, HAS_ADD, ROWS, BLOCK_K)
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)  # SILU_MUL only
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        k_ok = offs_k < K - k0
         if EVEN_K:
             x_mask = row_ok[:, None]
             w_mask = col_ok[None, :]
         else:
+            k_ok = offs_k < K - k0
             x_mask = row_ok[:, None] & k_ok[None, :]
             w_mask = k_ok[:, None] & col_ok[None, :]
         a = tl.load(x_ptrs, mask=x_mask, other=0.0)
-        if PROLOGUE != 0:
-            a = _normed(a, add_ptrs, nw_ptr, k0 + offs_k, rstd, x_mask, k_ok, HAS_ADD, PROLOGUE)
-            add_ptrs += BLOCK_K
         acc = tl.dot(a, tl.load(w_ptrs, mask=w_mask, other=0.0), acc, input_precision=PRECISION)
         if EPILOGUE == SILU_MUL:
             acc_up = tl.dot(a, tl.load(up_ptrs, mask=w_mask, other=0.0), acc_up, input_precision=PRECISION)
@@ -158,11 +107,10 @@ def arrival_counters(device: torch.device, capturing: bool) -> torch.Tensor:
 
 def skinny_gemm_triton(
     x: torch.Tensor, weight: torch.Tensor, epilogue: Epilogue | None = None, residual: torch.Tensor | None = None,
-    config: SkinnyConfig | None = None, norm: NormPrologue | None = None,
+    config: SkinnyConfig | None = None,
 ) -> torch.Tensor:
     """`skinny_linear_reference` in one launch, inputs as `skinny_linear` checks them (any float dtype: fp32 for
-    the interpreter tests); `config` None takes `skinny_config`'s. With `norm`, x is the norm's input (see
-    `NormPrologue`) and its `sum_out`, if any, receives x + norm.add."""
+    the interpreter tests); `config` None takes `skinny_config`'s."""
     rows, k = x.shape
     weight_rows = weight.shape[0]
     n = weight_rows // 2 if epilogue is Epilogue.SILU_MUL else weight_rows
@@ -179,16 +127,13 @@ def skinny_gemm_triton(
         parts = torch.empty(plan.splits, rows, weight_rows, dtype=torch.float32, device=x.device)
         counters = arrival_counters(x.device, x.is_cuda and torch.cuda.is_current_stream_capturing())
     res = residual if residual is not None else out
-    add = norm.add if norm is not None and norm.add is not None else x
-    sums = norm.sum_out if norm is not None and norm.sum_out is not None else x
     _skinny_gemm_kernel[(plan.splits, tiles)](
-        x, weight, out, res, parts, counters, add, norm.weight if norm is not None else x, sums,
-        rows, n, k, plan.k_per_split, norm.eps if norm is not None else 0.0,
-        x.stride(0), out.stride(0), res.stride(0), parts.stride(0), parts.stride(-2), add.stride(0), sums.stride(0),
+        x, weight, out, res, parts, counters,
+        rows, n, k, plan.k_per_split,
+        x.stride(0), out.stride(0), res.stride(0), parts.stride(0), parts.stride(-2),
         ROWS=SKINNY_MAX_ROWS, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=plan.splits,
         EVEN_K=k % config.block_k == 0, EPILOGUE=int(epilogue or 0),
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        PROLOGUE=int(norm.kind) if norm is not None else 0, HAS_ADD=norm is not None and norm.add is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out

@@ -29,7 +29,7 @@ from runtime.kernels import fused_add_rmsnorm, paged_attention
 from runtime.kernels.activation import silu_mul
 from runtime.kernels.fused_moe import routed_moe
 from runtime.kernels.rmsnorm import fused_add_rmsnorm_router, qk_norm_rope_cache
-from runtime.kernels.skinny_gemm import Epilogue, skinny_linear, skinny_norm_linear
+from runtime.kernels.skinny_gemm import skinny_linear
 from services.talker.model.fused import AttentionWeights, SharedExpertWeights, predictor_weights, talker_weights
 from services.talker.model.kv import KVPool
 from services.talker.model.layers import rope_cos_sin
@@ -52,9 +52,8 @@ PREDICTOR_BLOCK = 32  # code-predictor positions a row may use in one frame (tal
 # Up to this many rows, the GEMMs that cuBLAS serves worst at few rows take the skinny GEMM (runtime/kernels/
 # skinny_gemm.py): o_proj (1024 outputs) 12.8 us in cuBLAS at one row on the H200, 7.2 padded to 8 rows, 5.1 skinny;
 # the predictor's down 7.5 / 8.8 / 5.7; the shared expert's down 6.0 / 5.4 / 4.0; at 8 rows o_proj 6.1 / 5.1 and the
-# down 7.6 / 5.9 (`bench_skinny_gemm.py --rows 1,8`, results/2026-11-30-skinny-gemm-h200.json). q/k/v and gate/up,
-# 5-15% faster in cuBLAS alone, take it too where their norm (and gate/up's silu * up) then runs inside it, which
-# saves more than that (`DecodeLinear.normed`); the heads stay in cuBLAS.
+# down 7.6 / 5.9 (`bench_skinny_gemm.py --rows 1,8`, results/2026-11-30-skinny-gemm-h200.json). q/k/v, gate/up and
+# the heads stay in cuBLAS, which is 5-15% faster there.
 SKINNY_ROWS = 8
 
 
@@ -125,17 +124,6 @@ class DecodeLinear:
         if self.enabled and x.shape[0] <= SKINNY_ROWS:
             return skinny_linear(x, weight)
         return F.linear(x, weight)
-
-    def normed(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-               weight: torch.Tensor, epilogue: Epilogue | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """fused_add_rmsnorm(x, residual) then the linear (silu * up after it with SILU_MUL): (output, residual).
-        Where the skinny GEMM runs, the norm and the activation run inside it (skinny_norm_linear): a predictor
-        layer's five launches for them become two."""
-        if self.enabled and x.shape[0] <= SKINNY_ROWS:
-            return skinny_norm_linear(x, residual, norm_weight, eps, weight, epilogue)
-        normed, residual = fused_add_rmsnorm(x, residual, norm_weight, eps)
-        out = F.linear(normed, weight)
-        return (silu_mul(out) if epilogue is Epilogue.SILU_MUL else out), residual
 
 
 @dataclass(frozen=True)
@@ -274,17 +262,16 @@ class FrameStep:
         x = torch.stack((past, code0_embed), dim=1)  # (B, 2, hidden): position 0 the talker state, 1 code 0
         embeds, codes = [code0_embed], []
         for g, step in enumerate(plan.predictor, start=1):
-            logits = self._predictor_forward(x, step, plan.predictor_tables, predictor.lm_head[g - 1].weight).float()
+            last = self._predictor_forward(x, step, plan.predictor_tables)
+            logits = predictor.lm_head[g - 1](last).float()
             code = picker(logits, None if mode == "greedy" else noise[:, g - 1])
             codes.append(code)
             embeds.append(predictor.codec_embedding[g - 1](code))
             x = embeds[-1][:, None]
         return torch.stack(codes, dim=1), torch.stack(embeds, dim=1).sum(dim=1)
 
-    def _predictor_forward(self, x: torch.Tensor, step: _PredictorStep, block_tables: torch.Tensor,
-                           head: torch.Tensor) -> torch.Tensor:
-        """x `(B, T, hidden)` at the step's positions (every row alike) -> `head`'s logits of the last position's
-        normed state (the final norm inside the head's GEMM where the skinny GEMM runs).
+    def _predictor_forward(self, x: torch.Tensor, step: _PredictorStep, block_tables: torch.Tensor) -> torch.Tensor:
+        """x `(B, T, hidden)` at the step's positions (every row alike) -> the last position's normed state.
 
         Row b keeps this frame's keys in block b of `predictor_kv` (fresh every frame: the first step writes
         positions 0 and 1, later steps one each, and attention reads only what this frame wrote).
@@ -294,14 +281,14 @@ class FrameStep:
         h, residual = x.reshape(batch * steps, dim), None
         for w, kv_cache in zip(self.predictor, self.predictor_kv):
             a = w.attn
-            qkv, residual = self.linear.normed(h, residual, a.input_norm, a.eps, a.qkv)
-            q = _attention_query(qkv, a, step.cos, step.sin, kv_cache, step.slots)
+            normed, residual = fused_add_rmsnorm(h, residual, a.input_norm, a.eps)
+            q = _attention_query(normed, a, step.cos, step.sin, kv_cache, step.slots)
             out = paged_attention(q, kv_cache, block_tables, step.kv_lens, step.cu_seqlens, steps)
             out = self.linear(out.reshape(batch * steps, -1), a.o)
-            act, residual = self.linear.normed(out, residual, a.post_norm, a.eps, w.gate_up, Epilogue.SILU_MUL)
-            h = self.linear(act, w.down)
+            normed, residual = fused_add_rmsnorm(out, residual, a.post_norm, a.eps)
+            h = self.linear(silu_mul(F.linear(normed, w.gate_up)), w.down)
         last = lambda t: t.view(batch, steps, dim)[:, -1]  # noqa: E731 - the norm is per token: only the last one
-        return self.linear.normed(last(h), last(residual), predictor.norm.weight, predictor.norm.eps, head)[0]
+        return fused_add_rmsnorm(last(h), last(residual), predictor.norm.weight, predictor.norm.eps).normed
 
     # --- talker decode step ------------------------------------------------------------------------------------
 
@@ -317,8 +304,8 @@ class FrameStep:
         h, residual = x, None
         for i, w in enumerate(self.talker):
             a = w.attn
-            qkv, residual = self.linear.normed(h, residual, a.input_norm, a.eps, a.qkv)
-            q = _attention_query(qkv, a, cos, sin, kv.layers[i], write_at)
+            normed, residual = fused_add_rmsnorm(h, residual, a.input_norm, a.eps)
+            q = _attention_query(normed, a, cos, sin, kv.layers[i], write_at)
             out = paged_attention(q, kv.layers[i], tables, kv_lens, plan.decode_cu_seqlens, 1)  # (B, Hq, D)
             out = self.linear(out.reshape(x.shape[0], -1), a.o)
             normed, residual, router_logits = fused_add_rmsnorm_router(out, residual, a.post_norm, w.router, a.eps)
@@ -336,14 +323,14 @@ class FrameStep:
 
 
 def _attention_query(
-    qkv: torch.Tensor, a: AttentionWeights, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor,
+    x: torch.Tensor, a: AttentionWeights, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor,
     slots: torch.Tensor,
 ) -> torch.Tensor:
-    """qkv `(T, (Hq + 2 Hkv) * D)` from the fused q/k/v GEMM -> normed, rotated q `(T, Hq, D)`; the normed, rotated
-    k and v are stored at their flat `slots` of `kv_cache` in the same launch (on CPU: the reference norm, rope and
-    write)."""
-    tokens = qkv.shape[0]
+    """x `(T, hidden)` -> normed, rotated q `(T, Hq, D)` from one q/k/v GEMM; the normed, rotated k and v are stored
+    at their flat `slots` of `kv_cache` in the same launch (on CPU: the reference norm, rope and write)."""
+    tokens = x.shape[0]
     q_width, kv_width = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+    qkv = F.linear(x, a.qkv)
     q = qkv[:, :q_width].view(tokens, a.num_heads, a.head_dim)
     k = qkv[:, q_width:q_width + kv_width].view(tokens, a.num_kv_heads, a.head_dim)
     v = qkv[:, q_width + kv_width:].view(tokens, a.num_kv_heads, a.head_dim)

@@ -12,8 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runtime.attention import AttentionContext, paged_attention
-from runtime.kernels.rmsnorm import fused_add_rmsnorm, qk_norm_rope, qk_norm_rope_cache
-from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, skinny_norm_linear
+from runtime.kernels.rmsnorm import qk_norm_rope, qk_norm_rope_cache
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.kernel_path import kernel_attention, kernel_attention_cached
 from runtime.layers.rms_norm import RMSNorm
@@ -78,28 +77,9 @@ class ThinkerAttention(nn.Module):
         """`forward` on the kernels: x: [T, H] -> [T, H]."""
         if self.qkv_weight is None:
             self.fuse_qkv()
-        return self._attend_fused(F.linear(x, self.qkv_weight, self.qkv_bias), cos, sin, kv_cache, ctx)
-
-    def norm_forward_fused(
-        self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-        cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`fused_add_rmsnorm(x, residual, norm_weight, eps)` then `forward_fused`: (output, the new residual). At
-        decode sizes on CUDA the norm runs inside the q/k/v GEMM (skinny_norm_linear): a launch fewer."""
-        if self.qkv_weight is None:
-            self.fuse_qkv()
-        if x.is_cuda and x.shape[0] <= SKINNY_MAX_ROWS and self.qkv_bias is None:
-            qkv, residual = skinny_norm_linear(x, residual, norm_weight, eps, self.qkv_weight)
-            return self._attend_fused(qkv, cos, sin, kv_cache, ctx), residual
-        h, residual = fused_add_rmsnorm(x, residual, norm_weight, eps)
-        return self.forward_fused(h, cos, sin, kv_cache, ctx), residual
-
-    def _attend_fused(
-        self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext
-    ) -> torch.Tensor:
-        """[T, (Hq + 2 Hkv) * D] from the q/k/v GEMM -> [T, H]."""
-        num_tokens = qkv.shape[0]
+        num_tokens = x.shape[0]
         q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [T, (Hq + 2 Hkv) * D]
         q = qkv[:, :q_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, Hq, D], strided view
         k = qkv[:, q_width:q_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         v = qkv[:, q_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]

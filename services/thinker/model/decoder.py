@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from runtime.attention import AttentionContext
-from runtime.kernels.rmsnorm import fused_add_rmsnorm_router
+from runtime.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_router
 from services.thinker.model.attention import AttentionBackend, ThinkerAttention
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.mlp import DenseMLP
@@ -38,10 +38,11 @@ class DecoderLayer(nn.Module):
 
         x: [T, H] (with `residual` None, the layer input itself) -> (out [T, H], residual [T, H]).
         """
-        norm = self.input_layernorm
-        attn, residual = self.self_attn.norm_forward_fused(x, residual, norm.weight, norm.eps, cos, sin, kv_cache, ctx)
+        h, residual = fused_add_rmsnorm(x, residual, self.input_layernorm.weight, self.input_layernorm.eps)
+        attn = self.self_attn.forward_fused(h, cos, sin, kv_cache, ctx)
         norm = self.post_attention_layernorm
         if isinstance(self.mlp, SparseMoE):  # the router logits come out of the norm (one launch at decode sizes)
             h, residual, logits = fused_add_rmsnorm_router(attn, residual, norm.weight, self.mlp.gate.weight, norm.eps)
             return self.mlp.forward_fused(h, logits), residual
-        return self.mlp.norm_forward_fused(attn, residual, norm.weight, norm.eps)
+        h, residual = fused_add_rmsnorm(attn, residual, norm.weight, norm.eps)
+        return self.mlp.forward_fused(h), residual

@@ -63,4 +63,5 @@ class HybridDecoderLayer(nn.Module):
             h, residual, logits = fused_add_rmsnorm_router(mixed, residual, norm.weight, self.mlp.gate.weight,
                                                            norm.eps, zero_centred=True)
             return self.mlp.forward_fused(h, logits), residual
-        return self.mlp.norm_forward_fused(mixed, residual, norm.weight, norm.eps, zero_centred=True)
+        h, residual = fused_add_rmsnorm(mixed, residual, norm.weight, norm.eps, zero_centred=True)
+        return self.mlp.forward_fused(h), residual

@@ -7,8 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runtime.kernels.activation import silu_mul
-from runtime.kernels.rmsnorm import fused_add_rmsnorm
-from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, skinny_linear, skinny_norm_linear
+from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, skinny_linear
 
 
 class DenseMLP(nn.Module):
@@ -30,13 +29,9 @@ class DenseMLP(nn.Module):
         self.up_proj.weight = nn.Parameter(fused[rows:], requires_grad=False)
         self.gate_up_weight = fused
 
-    def reduce(self, out: torch.Tensor) -> torch.Tensor:
-        """The output as it leaves the MLP; a tensor-parallel slice sums its ranks' partial outputs here."""
-        return out
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, H] -> [T, H], the exact reference."""
-        return self.reduce(self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x)))
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
         """`forward` on the GPU path: one gate/up GEMM, silu * up in one launch (their references off CUDA).
@@ -47,20 +42,5 @@ class DenseMLP(nn.Module):
         if self.gate_up_weight is None:
             self.fuse_gate_up()
         if x.is_cuda and x.shape[0] <= SKINNY_MAX_ROWS:
-            return self.reduce(skinny_linear(skinny_linear(x, self.gate_up_weight, Epilogue.SILU_MUL),
-                                             self.down_proj.weight))
-        return self.reduce(self.down_proj(silu_mul(F.linear(x, self.gate_up_weight))))
-
-    def norm_forward_fused(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                           eps: float, zero_centred: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """`fused_add_rmsnorm(x, residual, norm_weight, eps, zero_centred)` then `forward_fused`: (output, the new
-        residual). At decode sizes on CUDA the norm runs inside the gate/up GEMM (skinny_norm_linear): a launch
-        fewer."""
-        if self.gate_up_weight is None:
-            self.fuse_gate_up()
-        if x.is_cuda and x.shape[0] <= SKINNY_MAX_ROWS:
-            act, residual = skinny_norm_linear(x, residual, norm_weight, eps, self.gate_up_weight, Epilogue.SILU_MUL,
-                                               zero_centred)
-            return self.reduce(skinny_linear(act, self.down_proj.weight)), residual
-        h, residual = fused_add_rmsnorm(x, residual, norm_weight, eps, zero_centred)
-        return self.forward_fused(h), residual
+            return skinny_linear(skinny_linear(x, self.gate_up_weight, Epilogue.SILU_MUL), self.down_proj.weight)
+        return self.down_proj(silu_mul(F.linear(x, self.gate_up_weight)))

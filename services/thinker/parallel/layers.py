@@ -31,8 +31,11 @@ class ParallelDenseMLP(DenseMLP):
         super().__init__(hidden_size, intermediate_size)
         self.group = group
 
-    def reduce(self, out: torch.Tensor) -> torch.Tensor:
-        return self.group.all_reduce(out)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.group.all_reduce(super().forward(x))
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        return self.group.all_reduce(super().forward_fused(x))
 
 
 class ParallelSparseMoE(SparseMoE):

@@ -129,36 +129,3 @@ def test_split_rule_splits_only_where_tiles_leave_sms_idle() -> None:
     assert skinny_config(2048, 2048, 2048, H200_SMS).split_k == 4  # 64 tiles: 8 K steps, two programs an SM
     assert skinny_config(2048, 2048, 6144, H200_SMS).split_k == 5
     assert skinny_config(1024, 1024, 768, H200_SMS).split_k == 3  # K allows no more (each split >= MIN_SPLIT_K)
-
-
-@pytest.mark.parametrize("zero_centred", [False, True])
-def test_norm_linear_off_triton_is_the_norm_then_the_reference_gemm(zero_centred: bool) -> None:
-    from runtime.kernels.rmsnorm_reference import add_rmsnorm_reference
-    from runtime.kernels.skinny_gemm import skinny_norm_linear
-
-    x, w, add = operands(3, 64, 64, torch.bfloat16, seed=4)
-    norm_w = torch.linspace(0.5, 1.5, 64).to(torch.bfloat16)
-    for added in (add, None):
-        normed, h = add_rmsnorm_reference(x, added, norm_w, 1e-6, zero_centred)
-        got = skinny_norm_linear(x, added, norm_w, 1e-6, w, Epilogue.SILU_MUL, zero_centred)
-        assert torch.equal(got.out, skinny_linear_reference(normed, w, Epilogue.SILU_MUL))
-        assert torch.equal(got.residual, h)
-    assert skinny_norm_linear(x, None, norm_w, 1e-6, w).residual is x  # no add: h is x itself
-
-
-@pytest.mark.parametrize(("case", "match"), [
-    ("norm_shape", r"norm_weight must be \(64,\)"), ("norm_dtype", "norm_weight must be"),
-    ("add_shape", r"add must be \(3, 64\)"), ("add_dtype", "add must be"), ("add_stride", "unit stride along K"),
-    ("rows", "at most SKINNY_MAX_ROWS"),
-])
-def test_norm_linear_rejects_bad_operands(case: str, match: str) -> None:
-    from runtime.kernels.skinny_gemm import skinny_norm_linear
-
-    x, w, add = operands(3, 64, 64)
-    norm_w = torch.ones(64)
-    args = {"norm_shape": (x, add, torch.ones(32), w), "norm_dtype": (x, add, norm_w.double(), w),
-            "add_shape": (x, add[:2], norm_w, w), "add_dtype": (x, add.half(), norm_w, w),
-            "add_stride": (x, torch.randn(64, 3).T, norm_w, w),
-            "rows": (torch.zeros(SKINNY_MAX_ROWS + 1, 64), None, norm_w, w)}[case]
-    with pytest.raises(ValueError, match=match):
-        skinny_norm_linear(args[0], args[1], args[2], 1e-6, args[3])
