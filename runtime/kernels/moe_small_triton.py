@@ -188,12 +188,12 @@ def experts_small_triton(
     tiles = triton.cdiv(hidden, down_cfg.block_n)
     steps = top_k * triton.cdiv(inter, down_cfg.block_k)  # the flat (expert slot, K step) loop
     wanted = splits or down_splits(num_tokens * tiles, steps, num_sms(x.device.index or 0))
+    if num_tokens * tiles > MAX_SPLIT_TILES:  # more tiles than arrival counters (the rule never splits that many)
+        wanted = 1
     per_split = -(-steps // max(1, min(wanted, steps)))
     used = -(-steps // per_split)  # as even as whole steps allow, none left empty
     parts = counters = out  # unused without splits
     if used > 1:
-        if num_tokens * tiles > MAX_SPLIT_TILES:
-            raise ValueError(f"a split small-MoE down over {num_tokens * tiles} tiles: at most {MAX_SPLIT_TILES}")
         parts = torch.empty(used, num_tokens, hidden, dtype=torch.float32, device=x.device)
         # shared with the skinny GEMM's split-K launches
         counters = arrival_counters(x.device, x.is_cuda and torch.cuda.is_current_stream_capturing())
