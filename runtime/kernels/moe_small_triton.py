@@ -7,8 +7,8 @@ each activation at its pair's row. The down kernel's grid is tokens x output til
 expert outputs, scaled by their routing weights, in one fp32 accumulator, so no per-pair output and no reduce launch
 are left.
 
-At one or two tokens the down grid is small (the Thinker's at one token: 64 programs of 32 outputs, each streaming
-8 experts), and an SM with one program has too few loads in flight to read at HBM speed, so down splits its loop
+At a few tokens the down grid is small (the Thinker's at one token: 64 programs of 32 outputs, each streaming 8
+experts), and an SM with one program has too few loads in flight to read at HBM speed, so down splits its loop
 (`down_splits`): each split stores fp32 partials and counts its arrival on the tile's counter, and the tile's last
 program adds the partials in split order. No float atomics anywhere, so graph replays equal eager calls bit for bit,
 whichever program arrives last. (Splitting gate_up's K loop too was measured and never paid: its grid is k times
