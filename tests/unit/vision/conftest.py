@@ -1,8 +1,13 @@
-"""Fixtures that make small test media in-test: encoded images (Pillow) and videos (PyAV)."""
+"""Fixtures that make small test media in-test: encoded images (Pillow) and videos (PyAV); the vision benchmark
+loaded as a module."""
 from __future__ import annotations
 
+import importlib.util
 import io
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 import av
 import numpy as np
@@ -65,3 +70,17 @@ def small_media_cfg() -> VisionMediaConfig:
     return VisionMediaConfig(
         image_min_pixels=32 * 32, image_max_pixels=256 * 256, video_min_pixels=32 * 32, video_max_pixels=128 * 128
     )
+
+
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "vision" / "bench_vision_tower.py"
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """bench/vision/bench_vision_tower.py, imported from its path (bench/ is not a package on the test path)."""
+    spec = importlib.util.spec_from_file_location("bench_vision_tower", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module

@@ -1,27 +1,12 @@
 """The vision benchmark times every requested attention backend, the attention call alone, the rotary and fc1."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
-
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "vision" / "bench_vision_tower.py"
-
-
-@pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_vision_tower", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_named_backends_are_each_timed(bench: ModuleType, tmp_path: Path) -> None:
     out = tmp_path / "result.json"

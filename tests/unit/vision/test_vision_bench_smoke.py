@@ -1,9 +1,7 @@
 """The vision tower benchmark runs end to end on CPU with --tiny and writes its JSON result; its FP8 parts on CPU."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -11,19 +9,6 @@ import pytest
 import torch
 
 from services.vision.model import VisionOutput, VisionTower
-
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "vision" / "bench_vision_tower.py"
-
-
-@pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_vision_tower", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_tiny_run_writes_result(tmp_path: Path, bench: ModuleType) -> None:
     out = tmp_path / "result.json"
