@@ -20,19 +20,15 @@ from pathlib import Path
 import torch
 
 from bench.kernels.bench_kernels import BF16, Cycle, copies_for, copy_bandwidth, graph_ms
+from bench.moe_routing import uniform_experts
 from runtime.kernels.moe_config import GemmConfig, moe_config
-from runtime.kernels.moe_small_triton import down_splits, experts_small_triton
+from runtime.kernels.moe_small_triton import experts_small_triton, plan_down
 from runtime.kernels.paged_attention_triton import num_sms
 
 SHAPES = {"thinker": (128, 2048, 768, 8), "talker": (128, 1024, 384, 6)}
 TOKENS = [1, 2, 4]
 DOWN_TILES = [GemmConfig(16, 256, 4, 4), GemmConfig(16, 128, 4, 4), GemmConfig(32, 128, 4, 4)]
 SPLITS = [1, 2, 3, 4, 6, 8, 12, 16]
-
-
-def uniform_expectation(experts: int, top_k: int, tokens: int) -> float:
-    """Distinct experts a batch of `tokens` reads when each picks `top_k` of `experts` uniformly."""
-    return experts * (1 - (1 - top_k / experts) ** tokens)
 
 
 def bench_shape(name: str, shape: tuple[int, int, int, int], bandwidth: float, records: list[dict]) -> None:
@@ -47,7 +43,7 @@ def bench_shape(name: str, shape: tuple[int, int, int, int], bandwidth: float, r
         touched = int(torch.unique(torch.topk(logits.float(), top_k, dim=-1).indices).numel())
         shipped = moe_config(experts, hidden, inter, top_k, tokens, torch.cuda.get_device_name())
         base = {"model": name, "tokens": tokens, "experts_touched": {"measured": touched,
-                "uniform": round(uniform_expectation(experts, top_k, tokens), 2)},
+                "uniform": round(uniform_experts(experts, top_k, tokens), 2)},
                 "min_bytes": touched * 3 * hidden * inter * 2}
 
         def timed(down: GemmConfig, splits: int, sweep: str) -> None:
@@ -61,8 +57,7 @@ def bench_shape(name: str, shape: tuple[int, int, int, int], bandwidth: float, r
                   f"({rec['hbm_ratio']:.2f} of HBM)", flush=True)
 
         for down in dict.fromkeys([shipped.small_down, *DOWN_TILES]):
-            rule = down_splits(tokens * -(-hidden // down.block_n), top_k * -(-inter // down.block_k), sms)
-            timed(down, rule, "rule")
+            timed(down, plan_down(tokens, hidden, inter, top_k, down, sms).splits, "rule")
             for splits in SPLITS:
                 timed(down, splits, "sweep")
 

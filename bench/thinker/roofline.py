@@ -5,12 +5,8 @@ import time
 
 import torch
 
+from bench.moe_routing import uniform_experts
 from services.thinker.model import ThinkerConfig
-
-
-def expected_experts(num_experts: int, top_k: int, rows: int) -> float:
-    """Distinct experts a layer touches for `rows` tokens routed uniformly (what random weights do)."""
-    return num_experts * (1 - (1 - top_k / num_experts) ** rows)
 
 
 def decode_step_bytes(cfg: ThinkerConfig, rows: int, kv_tokens: int, elem: int = 2) -> dict[str, float]:
@@ -19,13 +15,13 @@ def decode_step_bytes(cfg: ThinkerConfig, rows: int, kv_tokens: int, elem: int =
     h, d = cfg.hidden_size, cfg.head_dim
     attn = h * (cfg.num_heads + 2 * cfg.num_kv_heads) * d + cfg.num_heads * d * h
     expert = 3 * cfg.moe_intermediate_size * h
-    experts = expected_experts(cfg.num_experts, cfg.num_experts_per_tok, rows) * expert
+    experts = uniform_experts(cfg.num_experts, cfg.num_experts_per_tok, rows) * expert
     per_layer = (attn + cfg.num_experts * h + experts + 2 * h) * elem
     kv = kv_tokens * cfg.num_layers * 2 * cfg.num_kv_heads * d * elem
     head = (cfg.vocab_size * h + rows * h + h) * elem
     total = cfg.num_layers * per_layer + kv + head
     return {"total": total, "weights": total - kv, "kv": kv,
-            "experts_per_layer": expected_experts(cfg.num_experts, cfg.num_experts_per_tok, rows)}
+            "experts_per_layer": uniform_experts(cfg.num_experts, cfg.num_experts_per_tok, rows)}
 
 
 def model_step_bytes(model: torch.nn.Module, rows: int, kv_tokens: int) -> dict[str, float]:
@@ -34,7 +30,7 @@ def model_step_bytes(model: torch.nn.Module, rows: int, kv_tokens: int) -> dict[
     expected distinct experts of uniform routing), the K/V of the layers that keep it, and a hybrid model's state
     slots read and written once per row."""
     cfg = model.cfg
-    touched = expected_experts(cfg.num_experts, cfg.num_experts_per_tok, rows) if cfg.num_experts else 0.0
+    touched = uniform_experts(cfg.num_experts, cfg.num_experts_per_tok, rows) if cfg.num_experts else 0.0
     head = model.lm_head.weight  # read whole, tied to the embedding table or not
     weights = float(head.numel() * head.element_size())
     for name, t in model.named_parameters(remove_duplicate=False):

@@ -16,6 +16,8 @@ larger.)
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -160,6 +162,25 @@ def down_splits(programs: int, steps: int, sms: int) -> int:
     return max(1, min(-(-SPLIT_PROGRAMS_PER_SM * sms // programs), steps))
 
 
+class DownPlan(NamedTuple):
+    tiles: int  # output tiles of a token
+    splits: int  # used splits of the loop: none of them empty
+    steps_per_split: int
+
+
+def plan_down(num_tokens: int, hidden: int, inter: int, top_k: int, cfg: GemmConfig, sms: int,
+              splits: int | None = None) -> DownPlan:
+    """down's grid: `splits` ways (None: `down_splits`'s rule), cut as evenly as whole steps allow; unsplit when the
+    tiles outnumber the arrival counters (the rule never splits that many)."""
+    tiles = triton.cdiv(hidden, cfg.block_n)
+    steps = top_k * triton.cdiv(inter, cfg.block_k)  # the flat (expert slot, K step) loop
+    wanted = splits or down_splits(num_tokens * tiles, steps, sms)
+    if num_tokens * tiles > MAX_SPLIT_TILES:
+        wanted = 1
+    per_split = -(-steps // max(1, min(wanted, steps)))
+    return DownPlan(tiles, -(-steps // per_split), per_split)
+
+
 def experts_small_triton(
     x: torch.Tensor, logits: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, top_k: int,
     norm_topk_prob: bool, gate_up_cfg: GemmConfig, down_cfg: GemmConfig, splits: int | None = None,
@@ -185,24 +206,18 @@ def experts_small_triton(
         BLOCK_N=gate_up_cfg.block_n, BLOCK_K=gate_up_cfg.block_k, EVEN_K=hidden % gate_up_cfg.block_k == 0,
         num_warps=gate_up_cfg.num_warps, num_stages=gate_up_cfg.num_stages,
     )
-    tiles = triton.cdiv(hidden, down_cfg.block_n)
-    steps = top_k * triton.cdiv(inter, down_cfg.block_k)  # the flat (expert slot, K step) loop
-    wanted = splits or down_splits(num_tokens * tiles, steps, num_sms(x.device.index or 0))
-    if num_tokens * tiles > MAX_SPLIT_TILES:  # more tiles than arrival counters (the rule never splits that many)
-        wanted = 1
-    per_split = -(-steps // max(1, min(wanted, steps)))
-    used = -(-steps // per_split)  # as even as whole steps allow, none left empty
+    plan = plan_down(num_tokens, hidden, inter, top_k, down_cfg, num_sms(x.device.index or 0), splits)
     parts = counters = out  # unused without splits
-    if used > 1:
-        parts = torch.empty(used, num_tokens, hidden, dtype=torch.float32, device=x.device)
+    if plan.splits > 1:
+        parts = torch.empty(plan.splits, num_tokens, hidden, dtype=torch.float32, device=x.device)
         # shared with the skinny GEMM's split-K launches
         counters = arrival_counters(x.device, x.is_cuda and torch.cuda.is_current_stream_capturing())
-    _small_down_sum_kernel[(num_tokens, tiles, used)](
+    _small_down_sum_kernel[(num_tokens, plan.tiles, plan.splits)](
         act, w_down, out, ids, weights, parts, counters,
-        hidden, inter, per_split,
+        hidden, inter, plan.steps_per_split,
         act.stride(0), w_down.stride(0), w_down.stride(1), out.stride(0), parts.stride(0),
         TOP_K=top_k, K_PAD=next_power_of_2(top_k), ROWS=MMA_ROWS,
         BLOCK_N=down_cfg.block_n, BLOCK_K=down_cfg.block_k, EVEN_K=inter % down_cfg.block_k == 0,
-        SPLITS=used, num_warps=down_cfg.num_warps, num_stages=down_cfg.num_stages,
+        SPLITS=plan.splits, num_warps=down_cfg.num_warps, num_stages=down_cfg.num_stages,
     )
     return out

@@ -79,7 +79,7 @@ def check_small_moe(dtype: torch.dtype) -> None:
     a few busy ones, most empty; batches of 1, of shared experts, and of 13 tokens (small path forced)."""
     from runtime.kernels.moe_config import GemmConfig, MoeConfig
     from runtime.kernels.moe_reference import SharedExpert, fused_moe_reference, routed_moe_reference
-    from runtime.kernels.moe_small_triton import experts_small_triton
+    from runtime.kernels.moe_small_triton import experts_small_triton, plan_down
     from runtime.kernels.moe_triton import fused_moe_triton, routed_moe_triton
 
     gen = torch.Generator().manual_seed(3)
@@ -99,6 +99,10 @@ def check_small_moe(dtype: torch.dtype) -> None:
                                seed=tokens)
         out = routed_moe_triton(x.to(dtype), logits.to(dtype), *weights, top_k, renorm, None, cfg)
         assert rel_err(out, routed_moe_reference(x, logits, w_gate_up, w_down, top_k, renorm)) < tol, tokens
+    # the rule's grids at the Thinker's shape (132 SMs): two programs an SM, none past the arrival counters
+    assert plan_down(1, 2048, 768, 8, GemmConfig(32, 128, 4, 4), 132) == (64, 5, 10)
+    assert plan_down(4, 2048, 768, 8, GemmConfig(32, 128, 4, 4), 132).splits == 2
+    assert plan_down(1, 16 * 4097, 768, 8, GemmConfig(16, 128, 4, 4), 132, splits=4).splits == 1
     # down's loop split explicitly (the rule splits every one of these few-program launches): none, even and ragged
     # splits of its 3 experts x 2 K steps, the last K step uneven
     fine = (GemmConfig(32, 16, 4, 2), GemmConfig(16, 32, 4, 2))
