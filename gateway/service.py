@@ -13,7 +13,7 @@ from runtime.metrics import Metrics
 from gateway.chat_input import ChatInput
 from gateway.clients.talker import SpeakSetup, TalkerClient
 from gateway.clients.thinker import TextChunk, ThinkerClient, ThinkerDone, ThinkerPrompt
-from gateway.media_prep import MediaPipeline, thinker_media
+from gateway.media_prep import MediaPipeline, by_headers, thinker_media
 from gateway.prompt import PromptBuilder
 from gateway.reasoning import ReasoningChunk, ReasoningMarkers, ReasoningSplit
 from gateway.speech import AudioEvent, ErrorEvent, speak_along
@@ -141,7 +141,7 @@ class OmniService:
         if chat.media:
             self.media.check_served(chat.media, chat.use_audio_in_video)
             await self._check_media_fits(chat)
-            footprint = await asyncio.to_thread(self.media.footprint, chat.media, chat.use_audio_in_video)
+            footprint = await by_headers(chat.media, self.media.footprint, chat.media, chat.use_audio_in_video)
         try:
             return await self._decoded_prompt(chat, footprint, timeout)
         finally:
@@ -165,7 +165,7 @@ class OmniService:
     async def _check_media_fits(self, chat: ChatInput) -> None:
         """Twelve 8000x8000 PNGs decoded for 12 s before the prompt check refused them: their headers say as much
         (a video's too: its header and packets give the frames the reference samples)."""
-        media_len = await asyncio.to_thread(self.media.header_tokens, chat.media)
+        media_len = await by_headers(chat.media, self.media.header_tokens, chat.media)
         if media_len and media_len >= (context_len := await self.max_model_len()):
             raise InvalidArgument("messages", f"the media alone take {media_len} tokens by their headers; "
                                   f"the model's context is {context_len} tokens; send fewer or smaller images, or "

@@ -15,6 +15,7 @@ from runtime.sampling import resolve_sampling
 from gateway.chat_input import ChatInput, MediaBytes, Turn
 from gateway.long_audio import MAX_WINDOW_S, header_seconds, pieces, wav_bytes
 from gateway.media.audio import DEFAULT_MAX_SECONDS, TARGET_RATE, decode_audio
+from gateway.media_prep import by_headers
 from gateway.service import ChatEventOut, DoneEvent, OmniService, TextEvent, UsageEvent
 from gateway.transcribe_windows import (
     DEFAULT_WINDOW_SAMPLES, WindowCache, audio_client, cut, partial_prompt, stream_samples,
@@ -89,7 +90,7 @@ class TranscribeService:
         self.check_family()
         await self.check_context(request.context)
         audio = request.chat.media[0]
-        if await asyncio.to_thread(header_seconds, audio.data) > self.window_s:
+        if await by_headers([audio], header_seconds, audio.data) > self.window_s:
             async for ev in self._transcribe_long(request, audio, timeout):
                 yield ev
             return

@@ -136,3 +136,18 @@ def test_clips_that_cannot_fit_the_context_are_refused_before_decoding() -> None
 
     with pytest.raises(InvalidArgument, match=r"the media alone take \d+ tokens by their headers"):
         asyncio.run(first_event())
+
+
+@pytest.mark.parametrize(("kind", "data", "on_loop"), [
+    ("audio", wav(0.5), True),  # WAV: its header parses in microseconds, less than a thread hop
+    ("audio", b"RIFF\x00\x00\x00\x00WAVEjunk", False),  # not a WAV this reads: libsndfile or FFmpeg, which block
+    ("image", png(8, 8), False),
+])
+def test_header_checks_run_on_the_loop_only_for_wav_clips(kind: str, data: bytes, on_loop: bool) -> None:
+    import threading
+
+    from gateway.media_prep import by_headers
+
+    media = [MediaBytes(kind, data, "", "messages[0].content[0]")]
+    ran_on = asyncio.run(by_headers(media, lambda: threading.current_thread()))
+    assert (ran_on is threading.main_thread()) == on_loop
