@@ -6,6 +6,7 @@ from torch import nn
 
 from runtime.attention import AttentionContext
 from runtime.kernels.rmsnorm import fused_add_rmsnorm, fused_add_rmsnorm_router
+from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, RowNorm
 from services.thinker.model.attention import AttentionBackend, ThinkerAttention
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.mlp import DenseMLP
@@ -22,6 +23,14 @@ class DecoderLayer(nn.Module):
         self.mlp: nn.Module = (
             SparseMoE(cfg) if cfg.is_moe_layer(layer) else DenseMLP(cfg.hidden_size, cfg.intermediate_size)
         )
+        self.norms_in_gemms = False  # set by ThinkerLM.use_norms_in_gemms: decode-sized steps take forward_stream
+
+    def can_stream(self) -> bool:
+        """Whether forward_stream applies: a dense MLP and a plain o_proj without biases (a tensor-parallel split
+        sums its partial outputs, which must not carry the residual once per rank)."""
+        attn = self.self_attn
+        return (type(self.mlp) is DenseMLP and type(attn.o_proj) is nn.Linear and attn.o_proj.bias is None
+                and attn.q_proj.bias is None)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext
@@ -36,8 +45,11 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The GPU path, residual carried apart: the layer output is `out + residual` (summed by the next norm).
 
-        x: [T, H] (with `residual` None, the layer input itself) -> (out [T, H], residual [T, H]).
+        x: [T, H] (with `residual` None, the layer input itself) -> (out [T, H], residual [T, H]), or, through
+        forward_stream, (the layer output itself, None).
         """
+        if self.norms_in_gemms and x.shape[0] <= SKINNY_MAX_ROWS:
+            return self.forward_stream(x if residual is None else x + residual, cos, sin, kv_cache, ctx), None
         h, residual = fused_add_rmsnorm(x, residual, self.input_layernorm.weight, self.input_layernorm.eps)
         attn = self.self_attn.forward_fused(h, cos, sin, kv_cache, ctx)
         norm = self.post_attention_layernorm
@@ -46,3 +58,13 @@ class DecoderLayer(nn.Module):
             return self.mlp.forward_fused(h, logits), residual
         h, residual = fused_add_rmsnorm(attn, residual, norm.weight, norm.eps)
         return self.mlp.forward_fused(h), residual
+
+    def forward_stream(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext
+    ) -> torch.Tensor:
+        """The layer at decode sizes on the residual stream x: each RMSNorm inside the GEMM that reads it, each
+        residual add in the epilogue of the GEMM that writes it (four skinny GEMMs; no norm launches)."""
+        norm = self.input_layernorm
+        x = self.self_attn.forward_fused(x, cos, sin, kv_cache, ctx, norm=RowNorm(norm.weight, norm.eps))
+        norm = self.post_attention_layernorm
+        return self.mlp.forward_stream(x, RowNorm(norm.weight, norm.eps))
