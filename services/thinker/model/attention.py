@@ -13,7 +13,7 @@ from torch import nn
 
 from runtime.attention import AttentionContext, paged_attention
 from runtime.kernels.rmsnorm import qk_norm_rope, qk_norm_rope_cache
-from runtime.kernels.skinny_gemm import Epilogue, RowNorm, skinny_linear
+from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, RowNorm, skinny_linear
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.kernel_path import kernel_attention, kernel_attention_cached
 from runtime.layers.rms_norm import RMSNorm
@@ -101,6 +101,16 @@ class ThinkerAttention(nn.Module):
             q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
             out = self.backend(q, k, v, kv_cache, ctx, self.scale)  # [T, Hq, D]
         out = out.reshape(num_tokens, self.num_heads * self.head_dim)  # [T, Hq * D]
-        if norm is None:
-            return self.o_proj(out)  # [T, H]
-        return skinny_linear(out, self.o_proj.weight, Epilogue.RESIDUAL, x)
+        if norm is not None:
+            return skinny_linear(out, self.o_proj.weight, Epilogue.RESIDUAL, x)
+        if out.is_cuda and num_tokens <= SKINNY_MAX_ROWS and self.o_on_skinny_gemm():
+            return skinny_linear(out, self.o_proj.weight)
+        return self.o_proj(out)  # [T, H]
+
+    def o_on_skinny_gemm(self) -> bool:
+        """Whether decode-sized steps on CUDA run o_proj on the skinny GEMM: where K is at least twice the outputs
+        (the Omni thinker's 4096 -> 2048), which cuBLAS runs split-K with a reduce launch after it. On one H100 at one
+        row: thinker.o 9.29 us ours against 10.45; a square o (Qwen3-ASR's 2048 -> 2048) 6.65 against 6.23 stays in
+        cuBLAS (bench/kernels/NOTES.md run 6). A tensor-parallel o_proj sums over its ranks itself: not this path."""
+        o = self.o_proj
+        return type(o) is nn.Linear and o.bias is None and o.in_features >= 2 * o.out_features

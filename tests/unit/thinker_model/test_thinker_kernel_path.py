@@ -32,13 +32,17 @@ def run(model: ThinkerLM, deepstack: DeepstackInput | None, capture_layer: int |
     return logits, captured, torch.stack(kv)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["moe", "dense-norms-in-gemms"])
 @pytest.mark.parametrize("layout", ["plain", "deepstack_and_capture"])
-def test_kernel_path_on_cpu_equals_reference(layout: str) -> None:
-    cfg = tiny_config()
+def test_kernel_path_on_cpu_equals_reference(layout: str, stream: bool) -> None:
+    """`stream`: dense layers on their residual stream (the 9-row step fits the skinny GEMMs), the deepstack adds
+    and the talker capture reading the stream itself."""
+    cfg = tiny_config(num_experts=0) if stream else tiny_config()
     state = random_state(cfg)
     ref = ThinkerLM.from_state_dict(cfg, dict(state))
     fast = ThinkerLM.from_state_dict(cfg, dict(state), use_kernels=True)
     assert not ref.use_kernels and fast.use_kernels
+    assert fast.use_norms_in_gemms(stream) == (cfg.num_layers if stream else 0)
     deepstack, capture = None, None
     if layout != "plain":
         gen = torch.Generator().manual_seed(1)
@@ -47,6 +51,21 @@ def test_kernel_path_on_cpu_equals_reference(layout: str) -> None:
         capture = 2
     for got, want in zip(run(fast, deepstack, capture), run(ref, deepstack, capture)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_o_proj_takes_the_skinny_gemm_where_k_is_twice_its_outputs() -> None:
+    from torch import nn
+
+    from services.thinker.model.attention import ThinkerAttention
+
+    class RankSlice(nn.Linear):  # a tensor-parallel o_proj sums over its ranks in its own forward
+        pass
+
+    wide = ThinkerAttention(tiny_config(num_attention_heads=8))  # 8 heads x 8 = 64 -> 32
+    assert wide.o_on_skinny_gemm() and not ThinkerAttention(tiny_config()).o_on_skinny_gemm()  # 32 -> 32
+    assert not ThinkerAttention(tiny_config(num_attention_heads=8, attention_bias=True)).o_on_skinny_gemm()
+    wide.o_proj = RankSlice(64, 32, bias=False)
+    assert not wide.o_on_skinny_gemm()
 
 
 def test_qkv_fusion_keeps_one_copy_and_the_state_dict() -> None:
