@@ -301,7 +301,7 @@ class FrameStep:
     def _predictor_stream(self, x: torch.Tensor, step: _PredictorStep, block_tables: torch.Tensor) -> torch.Tensor:
         """The predictor's layers on the residual stream x `(tokens, hidden)`: each RMSNorm inside the skinny GEMM
         that reads it (q/k/v, gate/up+silu), each residual add in the epilogue of the one that writes it (o, down):
-        four launches a layer fewer than the norm kernels, the cuBLAS q/k/v and gate/up and the activation."""
+        three launches a layer fewer (the two norms and the activation), q/k/v and gate/up off cuBLAS."""
         steps = x.shape[0] // block_tables.shape[0]
         for w, kv_cache in zip(self.predictor, self.predictor_kv):
             a = w.attn

@@ -79,8 +79,8 @@ class ThinkerAttention(nn.Module):
         """`forward` on the kernels: x: [T, H] -> [T, H].
 
         With `norm` (decode sizes, no q/k/v bias): x is the residual stream; its RMSNorm runs inside the q/k/v GEMM
-        and the stream is added in the o GEMM's epilogue, so the output is the next residual stream (skinny GEMMs
-        both: two launches fewer than the norm kernel, cuBLAS q/k/v and o, and the add of the next norm)."""
+        and the stream is added in the o GEMM's epilogue, so the output is the next residual stream (both on the
+        skinny GEMM: the norm's launch goes, and the next norm adds nothing)."""
         if self.qkv_weight is None:
             self.fuse_qkv()
         num_tokens = x.shape[0]
