@@ -93,6 +93,8 @@ def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer
                                       stage.stall_timeout_s or STALL_OFF_TIMEOUT_S)
     else:
         model = load_thinker_lm(model_dir, device=device, dtype=dtype)
+        if eng.norms_in_gemms and isinstance(model, ThinkerLM) and model.use_kernels:
+            log.info("thinker: %d dense layers with their norms inside the decode GEMMs", model.use_norms_in_gemms())
     tokenizer = Tokenizer.from_dir(model_dir)
     # a chat turn ends in an end-of-turn token (<|im_end|>, among the EOS ids): a hybrid model's prefix cache keeps
     # its state there, so a shared system prompt or a chat's earlier turns serve prompts that go on differently
