@@ -76,12 +76,12 @@ def main() -> None:
     model = served_model(transformers_model(family, device, dtype), cfg, device)
     if args.norms_in_gemms and not isinstance(model, ThinkerLM):
         p.error(f"--norms-in-gemms: {args.family} is a hybrid model; only ThinkerLM's dense layers take it")
-    streamed = model.use_norms_in_gemms() if args.norms_in_gemms else 0  # before the graphs are captured
     step_tokens = max(2048, args.prefill_rows * args.prompt_tokens)  # the prefill rows share one step
     eng = EngineConfig(max_num_seqs=max(args.rows, args.prefill_rows), max_batch_tokens=step_tokens,
                        kv_cache_bytes=4 << 30, max_model_len=max(4096, args.prompt_tokens + 128),
-                       decode_batch_buckets=(1, args.rows))
+                       decode_batch_buckets=(1, args.rows), norms_in_gemms=args.norms_in_gemms)
     engine = engine_loop.build_engine(model, eng, device, dtype)
+    streamed = sum(getattr(layer, "norms_in_gemms", False) for layer in model.layers)
     maker = PromptMaker(resolve_model(family.demo_model), args.prompt_tokens)
     options = engine_loop.workload_sampling("greedy", 8)
 

@@ -92,9 +92,10 @@ class ThinkerLM(nn.Module):
         self.use_kernels = True
 
     def use_norms_in_gemms(self, on: bool = True) -> int:
-        """On the GPU path, decode-sized steps (<= 16 rows) run each dense layer on its residual stream, every norm
-        inside the skinny GEMM after it (DecoderLayer.forward_stream); off by default until measured to pay on the
-        GPU (`profile_lm.py --norms-in-gemms`). Returns how many layers take it (MoE and split layers never do)."""
+        """On the GPU path, decode-sized steps (<= 16 rows dense, <= 4 MoE) run each layer on its residual stream,
+        its norms inside the GEMMs after them where they can be (DecoderLayer.forward_stream); off by default until
+        measured to pay on the GPU (`profile_lm.py --norms-in-gemms`). Returns how many layers take it (biased,
+        shared-expert and tensor-parallel layers never do)."""
         layers = [layer for layer in self.layers if layer.can_stream()]
         for layer in layers:
             layer.norms_in_gemms = on

@@ -40,13 +40,17 @@ class SparseMoE(nn.Module):
         """x: [T, H] -> [T, H]."""
         return self.run_experts(x, self.route(x))
 
-    def forward_fused(self, x: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_fused(self, x: torch.Tensor, logits: torch.Tensor | None = None,
+                      residual: torch.Tensor | None = None) -> torch.Tensor:
         """The GPU path without a host sync: routing and the expert GEMMs in runtime.kernels; x: [T, H] -> [T, H].
 
-        logits: the router logits [T, E] of x when already computed (the fused norm + router kernel)."""
+        logits: the router logits [T, E] of x when already computed (the fused norm + router kernel); residual:
+        added to the output (the small path adds it in its last launch)."""
         if logits is None:
-            return fused_moe(x, self.gate.weight, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob)
-        return routed_moe(x, logits, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob)
+            out = fused_moe(x, self.gate.weight, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob)
+            return out if residual is None else out + residual
+        return routed_moe(x, logits, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob,
+                          residual=residual)
 
     def run_experts(self, x: torch.Tensor, routing: Routing) -> torch.Tensor:
         """Exact grouped loop: (token, expert) pairs sorted by expert, one matmul pair per expert that has tokens."""

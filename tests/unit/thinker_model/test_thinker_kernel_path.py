@@ -53,6 +53,27 @@ def test_kernel_path_on_cpu_equals_reference(layout: str, stream: bool) -> None:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_moe_layers_on_their_residual_stream_equal_reference() -> None:
+    """Steps of <= 4 rows (the small MoE path, which adds the residual in its last launch) take the stream; the
+    9-row step keeps the norm launches; both equal the reference."""
+    cfg = tiny_config()
+    state = random_state(cfg)
+    ref = ThinkerLM.from_state_dict(cfg, dict(state))
+    fast = ThinkerLM.from_state_dict(cfg, dict(state), use_kernels=True)
+    assert fast.use_norms_in_gemms() == cfg.num_layers and all(layer.stream_rows == 4 for layer in fast.layers)
+    for got, want in zip(run(fast, None, 2), run(ref, None, 2)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    kv = [allocate_kv_cache(cfg.num_layers, 16, 4, cfg.num_kv_heads, cfg.head_dim, torch.float32, "cpu")
+          for _ in range(2)]
+    ctx = build_attention_context([1, 1, 1], [1, 1, 1], [[3], [1], [9]], 4)
+    ids, positions = torch.tensor([5, 9, 2]), torch.zeros(3, 3, dtype=torch.long)
+    with torch.inference_mode():
+        outs = [m.compute_logits(m(m.embed(ids), positions, ctx, k, capture_layer=2).hidden) for m, k in
+                zip((fast, ref), kv)]
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.stack(kv[0]), torch.stack(kv[1]), rtol=1e-5, atol=1e-5)
+
+
 def test_o_proj_takes_the_skinny_gemm_where_k_is_twice_its_outputs() -> None:
     from torch import nn
 
