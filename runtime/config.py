@@ -100,8 +100,8 @@ class EngineConfig:
     cuda_graphs: StrictBool = True
     decode_batch_buckets: Items[StrictInt] = ()  # rows of decode-only steps; () = 1, 2, 4, ... and max_num_seqs
     prefill_token_buckets: Items[StrictInt] = ()  # tokens of prefill/mixed steps, each <= max_batch_tokens; () = none
-    # GPU kernel path: steps of <= 16 rows run dense decoder layers (Qwen3-ASR's) with each RMSNorm inside the skinny
-    # GEMM after it; off until measured on the GPU (bench/kernels/NOTES.md run 9)
+    # GPU kernel path: decode steps (<= 16 rows dense, <= 4 MoE) run the decoder layers on their residual stream, the
+    # norms inside the GEMMs after them; off until measured on the GPU (bench/kernels/NOTES.md run 9)
     norms_in_gemms: StrictBool = False
 
     def __post_init__(self) -> None:

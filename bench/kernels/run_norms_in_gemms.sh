@@ -4,7 +4,7 @@
 # (profile_lm.py, which also profiles the context-wide graph beside the short one it replays, services/thinker/
 # graphs.py) and the talker frame with the code predictor without and with (bench_talker.py).
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
-#   OUT=/some/dir bash bench/kernels/run_norms_in_gemms.sh
+#   OUT=/some/dir [OMNI=1] bash bench/kernels/run_norms_in_gemms.sh
 source bench/device_setup.sh /tmp/norms-in-gemms
 SECONDS=0
 timeout "${TEST_S:-240}" python3 -m pytest -q -m gpu -rfE -p no:cacheprovider \
@@ -17,6 +17,14 @@ for flag in "" --norms-in-gemms; do
     $flag --out "$OUT/asr-lm-profile${flag:+-norms-in-gemms}.json" > "$OUT/asr-lm-profile${flag}.log" 2>&1
   echo "profile_lm ${flag:-(norm launches)} done at ${SECONDS}s (rc $?)"
 done
+if [ "${OMNI:-0}" = 1 ]; then  # the Omni thinker's one-row decode graph (MoE layers on the stream), ~2 x 2 min
+  for flag in "" --norms-in-gemms; do
+    timeout "${OMNI_S:-240}" python3 bench/thinker/bench_thinker.py --random-weights --skip-hf --modes engine \
+      --concurrency 1 --long-prompt-tokens 0 $flag --out "$OUT/omni-engine${flag:+-norms-in-gemms}.json" \
+      > "$OUT/omni-engine${flag}.log" 2>&1
+    echo "bench_thinker ${flag:-(norm launches)} done at ${SECONDS}s (rc $?)"
+  done
+fi
 timeout "${TALKER_S:-200}" python3 bench/talker/bench_talker.py --batches 1 8 --paths graphs graphs-norms-in-gemms \
   --out "$OUT/talker-norms-in-gemms.json" > "$OUT/talker.log" 2>&1
 echo "bench_talker done at ${SECONDS}s (rc $?)"
@@ -30,6 +38,11 @@ for name in ("asr-lm-profile.json", "asr-lm-profile-norms-in-gemms.json"):
         steps = [*d["decode"], d.get("decode_wide_tables", {})]
         print(name, [(s["rows"], s.get("graph"), round(s["device_us_per_step"], 1), s["kernels_per_step"])
                      for s in steps if s])
+for name in ("omni-engine.json", "omni-engine-norms-in-gemms.json"):
+    if (out / name).exists():
+        d = json.loads((out / name).read_text())
+        print(name, [(k.get("rows"), k.get("graph"), round(k.get("device_us_per_step", 0), 1),
+                      k.get("kernels_per_step")) for k in d.get("engine", {}).get("kernel_profile", [])])
 if (out / "talker-norms-in-gemms.json").exists():
     d = json.loads((out / "talker-norms-in-gemms.json").read_text())
     print("talker", [(t["batch"], t["path"], round(t["ms_per_step"], 3)) for t in d["talker"]])
