@@ -7,8 +7,8 @@
 #   OUT=/some/dir [OMNI=1] bash bench/kernels/run_norms_in_gemms.sh
 source bench/device_setup.sh /tmp/norms-in-gemms
 SECONDS=0
-timeout "${TEST_S:-240}" python3 -m pytest -q -m gpu -rfE -p no:cacheprovider \
-  tests/unit/kernels/test_kernel_skinny_gemm_gpu.py \
+timeout "${TEST_S:-300}" python3 -m pytest -q -m gpu -rfE -p no:cacheprovider \
+  tests/unit/kernels/test_kernel_skinny_gemm_gpu.py tests/unit/kernels/test_kernel_moe_gpu.py \
   tests/parity/asr/test_asr_gpu.py tests/parity/talker/test_talker_gpu.py \
   tests/parity/thinker/test_thinker_kernel_path_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 echo "tests done at ${SECONDS}s"
