@@ -3,21 +3,23 @@
 # NOTES.md run 9): their GPU tests, then on one host Qwen3-ASR's one-row decode graph without and with
 # (profile_lm.py, which also profiles the context-wide graph beside the short one it replays, services/thinker/
 # graphs.py) and the talker frame with the code predictor without and with (bench_talker.py).
+# A call may run 10 minutes: PARTS picks what this one runs (tests ~5 min, asr ~4, talker ~3, omni ~8).
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
-#   OUT=/some/dir [OMNI=1] bash bench/kernels/run_norms_in_gemms.sh
+#   OUT=/some/dir PARTS="tests asr" bash bench/kernels/run_norms_in_gemms.sh; then PARTS="talker omni"
 source bench/device_setup.sh /tmp/norms-in-gemms
 SECONDS=0
-timeout "${TEST_S:-300}" python3 -m pytest -q -m gpu -rfE -p no:cacheprovider \
+PARTS=" ${PARTS:-tests asr} "
+[[ $PARTS == *" tests "* ]] && timeout "${TEST_S:-300}" python3 -m pytest -q -m gpu -rfE -p no:cacheprovider \
   tests/unit/kernels/test_kernel_skinny_gemm_gpu.py tests/unit/kernels/test_kernel_moe_gpu.py \
   tests/parity/asr/test_asr_gpu.py tests/parity/talker/test_talker_gpu.py \
   tests/parity/thinker/test_thinker_kernel_path_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 echo "tests done at ${SECONDS}s"
-for flag in "" --norms-in-gemms; do
+[[ $PARTS == *" asr "* ]] && for flag in "" --norms-in-gemms; do
   timeout "${PROFILE_S:-150}" python3 bench/thinker/profile_lm.py --family qwen3-asr-1.7b --prompt-tokens 65 --rows 32 \
     $flag --out "$OUT/asr-lm-profile${flag:+-norms-in-gemms}.json" > "$OUT/asr-lm-profile${flag}.log" 2>&1
   echo "profile_lm ${flag:-(norm launches)} done at ${SECONDS}s (rc $?)"
 done
-if [ "${OMNI:-0}" = 1 ]; then  # the Omni thinker's one-row decode graph (MoE layers on the stream), ~2 x 2 min
+if [[ $PARTS == *" omni "* ]]; then  # the Omni thinker's one-row decode graph (MoE layers on the stream)
   for flag in "" --norms-in-gemms; do
     timeout "${OMNI_S:-240}" python3 bench/thinker/bench_thinker.py --random-weights --skip-hf --modes engine \
       --concurrency 1 --long-prompt-tokens 0 $flag --out "$OUT/omni-engine${flag:+-norms-in-gemms}.json" \
@@ -25,9 +27,11 @@ if [ "${OMNI:-0}" = 1 ]; then  # the Omni thinker's one-row decode graph (MoE la
     echo "bench_thinker ${flag:-(norm launches)} done at ${SECONDS}s (rc $?)"
   done
 fi
-timeout "${TALKER_S:-200}" python3 bench/talker/bench_talker.py --batches 1 8 --paths graphs graphs-norms-in-gemms \
-  --out "$OUT/talker-norms-in-gemms.json" > "$OUT/talker.log" 2>&1
-echo "bench_talker done at ${SECONDS}s (rc $?)"
+if [[ $PARTS == *" talker "* ]]; then
+  timeout "${TALKER_S:-200}" python3 bench/talker/bench_talker.py --batches 1 8 --paths graphs graphs-norms-in-gemms \
+    --out "$OUT/talker-norms-in-gemms.json" > "$OUT/talker.log" 2>&1
+  echo "bench_talker done at ${SECONDS}s (rc $?)"
+fi
 python3 - "$OUT" <<'PY'
 import json, sys
 from pathlib import Path
