@@ -62,6 +62,27 @@ def test_chunks_before_the_samples_are_skipped_odd_sizes_padded() -> None:
     assert np.array_equal(read_wav(spliced, layout, 10**9), libsndfile(data))
 
 
+def test_a_file_of_many_chunks_is_left_to_libsndfile_after_a_bounded_walk() -> None:
+    """200,000 empty chunks before the samples: the walk stops at MAX_CHUNKS (microseconds, as the gateway's event
+    loop needs) and libsndfile, on a worker thread, reads the file; a few chunks still parse here."""
+    import time
+
+    from gateway.media.wav import MAX_CHUNKS
+
+    data = written(samples(8000, 1), 16_000, "PCM_16")
+
+    def spliced(n: int) -> bytes:
+        junk = (b"junk" + struct.pack("<I", 0)) * n
+        return data[:4] + struct.pack("<I", len(data) - 8 + len(junk)) + data[8:36] + junk + data[36:]
+
+    t0 = time.perf_counter()
+    assert parse_wav(spliced(200_000)) is None
+    assert time.perf_counter() - t0 < 0.01
+    by_libsndfile = decode_audio(spliced(200_000), "audio", 60).samples
+    assert np.array_equal(by_libsndfile, decode_audio(data, "audio", 60).samples)
+    assert parse_wav(spliced(MAX_CHUNKS - 2)) is not None  # the fmt chunk, these, then data: within the walk
+
+
 def test_reading_stops_at_max_frames() -> None:
     data = written(samples(1000, 2), 16_000, "PCM_16")
     assert np.array_equal(read_wav(data, parse_wav(data), 10), libsndfile(data)[:10])
