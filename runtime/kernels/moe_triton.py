@@ -67,14 +67,13 @@ def routed_moe_triton(
     `residual` [T, H] is added to the output: inside the small path's last launch, after the others."""
     x = x.contiguous()
     cfg = config or config_for(x, w_gate_up, top_k)
-    if x.shape[0] <= cfg.small_max_tokens and shared is None:  # the residual rides in down's last launch
-        return experts_small_triton(x, logits.contiguous(), w_gate_up, w_down, top_k, norm_topk_prob,
-                                    cfg.small_gate_up, cfg.small_down, residual=residual)
-    if x.shape[0] <= cfg.small_max_tokens:
+    small = x.shape[0] <= cfg.small_max_tokens
+    in_down = residual if small and shared is None else None  # the small path adds it in down's last launch
+    if small:
         out = experts_small_triton(x, logits.contiguous(), w_gate_up, w_down, top_k, norm_topk_prob,
-                                   cfg.small_gate_up, cfg.small_down)
+                                   cfg.small_gate_up, cfg.small_down, residual=in_down)
     else:
         out = experts_triton(x, topk_softmax_triton(logits, top_k, norm_topk_prob), w_gate_up, w_down, cfg)
     if shared is not None:
         out = out + shared_expert_forward(x, shared)
-    return out if residual is None else out + residual
+    return out if residual is None or in_down is not None else out + residual

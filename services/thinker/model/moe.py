@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.kernels.fused_moe import fused_moe, routed_moe
+from runtime.kernels.fused_moe import routed_moe
 from services.thinker.model.config import ThinkerConfig
 
 
@@ -47,8 +47,7 @@ class SparseMoE(nn.Module):
         logits: the router logits [T, E] of x when already computed (the fused norm + router kernel); residual:
         added to the output (the small path adds it in its last launch)."""
         if logits is None:
-            out = fused_moe(x, self.gate.weight, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob)
-            return out if residual is None else out + residual
+            logits = F.linear(x, self.gate.weight)  # what fused_moe computes before routed_moe
         return routed_moe(x, logits, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob,
                           residual=residual)
 
