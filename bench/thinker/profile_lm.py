@@ -122,14 +122,11 @@ def main() -> None:
     runner = engine.runner.inner
     kv_len = args.prompt_tokens + 64
     out["decode"] = [kernel_breakdown(runner, b, kv_len, top=16) for b in (1, args.rows)]
-    if out["decode"][0].get("graph") == "short-decode":  # beside it, the context-wide graph it replaced
-        out["decode_wide_tables"] = kernel_breakdown(runner, 1, kv_len, top=16, kind="decode")
     args.out.write_text(json.dumps(out, indent=1))
     print(json.dumps({"prefill_step_ms": out["prefill_step_ms"], "prefill_kernels": out["prefill_kernels"][:8],
                       "prefill_host_ops": out["prefill_host_ops"][:8],
-                      "decode": [{k: d.get(k) for k in ("rows", "graph", "device_us_per_step", "kernels_per_step")}
-                                 | {"top": d.get("top", [])[:8]}
-                                 for d in [*out["decode"], out.get("decode_wide_tables", {})] if d]}, indent=1))
+                      "decode": [{k: d.get(k) for k in ("rows", "device_us_per_step", "kernels_per_step")} | {
+                          "top": d.get("top", [])[:8]} for d in out["decode"]]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -10,14 +10,10 @@ from services.thinker.graphs import StepGraph
 from services.thinker.runner import ThinkerRunner
 
 
-def _load_decode(runner: ThinkerRunner, rows: int, kv_len: int, seed: int, kind: str | None = None) -> StepGraph | None:
-    """The decode graph the engine would replay for `rows` rows over `kv_len` cached tokens each (the short one while
-    they fit it; `kind` names one instead), its inputs random tokens read from distinct real blocks; the new token's
-    K/V goes to the scratch block (kv_len is rounded so it opens a fresh block), so no cached K/V is overwritten.
-    None: no such graph."""
+def _load_decode(runner: ThinkerRunner, g: StepGraph, rows: int, kv_len: int, seed: int) -> None:
+    """Random tokens over `kv_len` cached tokens each, read from distinct real blocks; the new token's K/V goes to
+    the scratch block (kv_len is rounded so it opens a fresh block), so no cached K/V is overwritten."""
     graphs = runner.graphs
-    if graphs is None or rows not in graphs.decode:
-        return None
     bs = graphs.block_size
     full = (kv_len - 1) // bs
     gen = torch.Generator().manual_seed(seed)
@@ -25,18 +21,15 @@ def _load_decode(runner: ThinkerRunner, rows: int, kv_len: int, seed: int, kind:
     tables = [[(r * full + i) % graphs.scratch_block for i in range(full)] + [graphs.scratch_block]
               for r in range(rows)]
     positions = torch.full((3, rows), full * bs, dtype=torch.long)
-    g = graphs.plan([1] * rows, tables) if kind is None else graphs.graph(kind, rows)
-    if g is None or g.graph is None:
-        return None
     graphs.prepare(g, ids, positions, [1] * rows, [full * bs + 1] * rows, tables)
-    return g
 
 
 def replay_ms(runner: ThinkerRunner, rows: int, kv_len: int, iters: int = 20) -> float | None:
     """Mean device time of `iters` back-to-back replays of the decode graph for `rows`, in ms."""
-    g = _load_decode(runner, rows, kv_len, seed=rows)
-    if g is None:
+    g = runner.graphs.decode.get(rows) if runner.graphs is not None else None
+    if g is None or g.graph is None:
         return None
+    _load_decode(runner, g, rows, kv_len, seed=rows)
     for _ in range(3):
         g.graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -48,13 +41,12 @@ def replay_ms(runner: ThinkerRunner, rows: int, kv_len: int, iters: int = 20) ->
     return start.elapsed_time(end) / iters
 
 
-def kernel_breakdown(runner: ThinkerRunner, rows: int, kv_len: int, iters: int = 5, top: int = 14,
-                     kind: str | None = None) -> dict[str, Any]:
-    """Per-step device time by kernel family over `iters` replays of the decode graph for `rows` (the engine's
-    choice, or the graph of `kind`)."""
-    g = _load_decode(runner, rows, kv_len, seed=rows + 1, kind=kind)
-    if g is None:
+def kernel_breakdown(runner: ThinkerRunner, rows: int, kv_len: int, iters: int = 5, top: int = 14) -> dict[str, Any]:
+    """Per-step device time by kernel family over `iters` replays of the decode graph for `rows`."""
+    g = runner.graphs.decode.get(rows) if runner.graphs is not None else None
+    if g is None or g.graph is None:
         return {}
+    _load_decode(runner, g, rows, kv_len, seed=rows + 1)
     g.graph.replay()
     torch.cuda.synchronize()
     from torch.profiler import ProfilerActivity, profile
@@ -71,7 +63,7 @@ def kernel_breakdown(runner: ThinkerRunner, rows: int, kv_len: int, iters: int =
             counts[ev.name] += 1
     total = sum(by_name.values())
     rows_out = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
-    return {"rows": rows, "kv_len": kv_len, "graph": g.kind, "kernels_per_step": sum(counts.values()) / iters,
+    return {"rows": rows, "kv_len": kv_len, "kernels_per_step": sum(counts.values()) / iters,
             "device_us_per_step": total / iters,
             "top": [{"kernel": name[:90], "us_per_step": us / iters, "calls_per_step": counts[name] / iters,
                      "share": us / total if total else 0.0} for name, us in rows_out]}

@@ -9,12 +9,6 @@ same buffers run eagerly (capture=False), which keeps the padding logic testable
 Prefill graphs also take media rows (audio, or vision without deepstack): a mask in the int64 upload says which rows
 take the static media buffer's values over their token embeddings, so a Qwen3-ASR or Qwen3-Omni audio prompt replays
 like text instead of running eagerly.
-
-Each decode bucket is captured twice: over block tables as wide as the model's context, and over tables of
-SHORT_DECODE_KEYS keys that a decode step takes while every row's sequence fits them. The attention kernel fixes its
-KV split count at capture from the table's width (`choose_splits`): a context-wide table makes a one-row step split
-its keys up to 32 ways and merge them in a second launch on every layer, though a 130-key transcription needs
-neither; the short graphs split as that length does (once: no merge launch).
 """
 from __future__ import annotations
 
@@ -32,10 +26,6 @@ from runtime.transfer import to_device
 
 log = logging.getLogger(__name__)
 
-# Keys a short decode graph's block tables hold: the attention's own rule splits no fewer than 256 keys a split.
-SHORT_DECODE_KEYS = 256
-DECODE_KINDS = ("decode", "short-decode")
-
 
 @dataclass(frozen=True)
 class GraphSettings:
@@ -48,7 +38,7 @@ class GraphSettings:
 
 @dataclass(frozen=True)
 class CaptureRecord:
-    kind: str  # "decode" | "short-decode" | "prefill"
+    kind: str  # "decode" | "prefill"
     size: int  # rows (decode) or tokens (prefill)
     seconds: float
     memory_bytes: int  # memory the caching allocator reserved for it (graph pool and warm-up), shared pool included
@@ -69,7 +59,7 @@ class MediaRows:
 class StepGraph:
     """Static views of one shape into the shared flat buffers, and its graph and output once captured."""
 
-    kind: str  # "decode" | "short-decode" (block tables SHORT_DECODE_KEYS wide) | "prefill"
+    kind: str
     num_tokens: int  # N
     num_seqs: int  # B (prefill: max_num_seqs sequences + the padding one)
     ids: torch.Tensor  # int64 [N]
@@ -103,10 +93,7 @@ class StepGraphs:
         self.capture_graphs = capture
         max_rung = max(settings.prefill_buckets, default=0)
         self.width = max(-(-settings.max_model_len // block_size), -(-max_rung // block_size))  # block table W
-        short = -(-SHORT_DECODE_KEYS // block_size)
-        self.short_width = short if short < self.width else 0  # 0: the context is short already, no second set
         shapes = [("decode", b, b) for b in settings.decode_buckets]
-        shapes += [("short-decode", b, b) for b in settings.decode_buckets if self.short_width]
         shapes += [("prefill", n, settings.max_num_seqs + 1) for n in settings.prefill_buckets]
         n64 = max((6 * n for _, n, _ in shapes), default=0)
         n32 = max((2 * b + 1 + b * self.width for _, _, b in shapes), default=0)
@@ -120,15 +107,14 @@ class StepGraphs:
                              if media_width and max_rung else None)
         self._copied: torch.cuda.Event | None = None
         self.decode = {n: self._views(k, n, b) for k, n, b in shapes if k == "decode"}
-        self.short_decode = {n: self._views(k, n, b) for k, n, b in shapes if k == "short-decode"}
         self.prefill = {n: self._with_media(self._views(k, n, b)) for k, n, b in shapes if k == "prefill"}
         self._capturer: GraphCapture | None = None  # made at capture: its memory pool is CUDA's
         self.replays: dict[str, int] = {}  # "kind:size" -> steps run on that graph
 
     def _views(self, kind: str, n: int, b: int) -> StepGraph:
-        w = self.short_width if kind == "short-decode" else self.width
+        w = self.width
         bt = self._dev32[2 * b + 1:2 * b + 1 + b * w].view(b, w)  # [B, W]
-        q_lens_host = [1] * b if kind in DECODE_KINDS else [n] + [0] * (b - 1)  # max is the grid's query length
+        q_lens_host = [1] * b if kind == "decode" else [n] + [0] * (b - 1)  # max is the grid's query length
         ctx = AttentionContext(cu_seqlens_q=self._dev32[:b + 1], kv_lens=self._dev32[b + 1:2 * b + 1],
                                slot_mapping=self._dev64[4 * n:5 * n], block_tables=bt, block_size=self.block_size,
                                q_lens_host=q_lens_host, kv_lens_host=[0] * b)
@@ -142,17 +128,7 @@ class StepGraphs:
 
     @property
     def graphs(self) -> list[StepGraph]:
-        return [*self.decode.values(), *self.short_decode.values(), *self.prefill.values()]
-
-    def decode_replays(self, rows: int | None = None) -> int:
-        """Steps replayed on decode graphs of either width: of `rows` rows, or of any."""
-        return sum(n for key, n in self.replays.items()
-                   if key.split(":")[0] in DECODE_KINDS and (rows is None or key.endswith(f":{rows}")))
-
-    def graph(self, kind: str, size: int) -> StepGraph:
-        """The graph of a kind and size (what a tensor-parallel rank 0 tells its workers to replay)."""
-        table = {"decode": self.decode, "short-decode": self.short_decode, "prefill": self.prefill}[kind]
-        return table[size]
+        return [*self.decode.values(), *self.prefill.values()]
 
     def plan(self, q_lens: list[int], tables: list[list[int]], media: bool = False) -> StepGraph | None:
         """The smallest graph that holds this step (`media`: it has media rows), or None (run eagerly)."""
@@ -160,8 +136,6 @@ class StepGraphs:
             return None
         if all(q == 1 for q in q_lens) and not media:
             fits = [b for b in self.decode if b >= len(q_lens)]
-            if fits and self.short_width and all(len(t) <= self.short_width for t in tables):
-                return self.short_decode[min(fits)]
             if fits:
                 return self.decode[min(fits)]
         total = sum(q_lens)
@@ -198,7 +172,7 @@ class StepGraphs:
               kv_lens: list[int], tables: list[list[int]], media_rows: list[int]) -> None:
         if self._copied is not None:
             self._copied.synchronize()  # the previous upload has left the pinned buffers
-        n, b, w, bs = g.num_tokens, g.num_seqs, g.ctx.block_tables.shape[1], self.block_size
+        n, b, w, bs = g.num_tokens, g.num_seqs, self.width, self.block_size
         t = len(token_ids)
         h64, h32 = self._np64, self._np32
         h64[:t] = token_ids
@@ -225,7 +199,7 @@ class StepGraphs:
         pad = n - t
         scratch = self.scratch_block * bs
         seqs = len(q_lens)
-        if g.kind in DECODE_KINDS:  # each padding row is a one-token sequence over the scratch slot
+        if g.kind == "decode":  # each padding row is a one-token sequence over the scratch slot
             slots[t:] = scratch
             cu[seqs + 1:] = np.arange(seqs + 1, b + 1)
             kv[seqs:] = 1
@@ -250,7 +224,7 @@ class StepGraphs:
             return []
         records = []
         self._capturer = GraphCapture(self.device)  # two warm-ups: Triton compiles, cuBLAS sizes its workspaces
-        order = sorted(self.graphs, key=lambda g: (g.kind in DECODE_KINDS, -g.num_tokens))
+        order = sorted(self.graphs, key=lambda g: (g.kind == "decode", -g.num_tokens))
         for g in order:
             records.append(self._capture_one(g))
         return records

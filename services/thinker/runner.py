@@ -105,7 +105,7 @@ class ThinkerRunner:
                 self.capture_records = self.graphs.capture()
             for r in self.capture_records:
                 log.info("thinker: captured %s graph of %d %s in %.2f s, %.1f MiB reserved", r.kind, r.size,
-                         "tokens" if r.kind == "prefill" else "rows", r.seconds, r.memory_bytes / 2**20)
+                         "rows" if r.kind == "decode" else "tokens", r.seconds, r.memory_bytes / 2**20)
             if self.capture_records:
                 log.info("thinker: %d CUDA graphs, %.1f MiB in all", len(self.capture_records),
                          sum(r.memory_bytes for r in self.capture_records) / 2**20)

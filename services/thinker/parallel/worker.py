@@ -121,7 +121,8 @@ class _Worker:
     @torch.inference_mode()
     def replay(self, step: GraphStep) -> None:
         assert self.graphs is not None, "a graph step before graphs were captured"
-        self.graphs.execute(self.graphs.graph(step.kind, step.size))
+        table = self.graphs.decode if step.kind == "decode" else self.graphs.prefill
+        self.graphs.execute(table[step.size])
 
     @torch.inference_mode()
     def change_states(self, msg: StateReset | StateCopy) -> None:

@@ -62,7 +62,7 @@ def test_thinker_graph_replay_equals_eager(ckpt: Path, prompts: list[list[int]],
     model.use_norms_in_gemms(norms_in_gemms)
     engine, runner = _engine(model, GraphSettings((1, 2, 4, 8), (32, 64), 8, 512))
     with_graphs = _generate(engine, prompts, model)
-    assert runner.graphs.decode_replays() > 0
+    assert any(k.startswith("decode") for k in runner.graphs.replays)
     without = _generate(_engine(model, None)[0], prompts, model)
     for i in range(len(prompts)):
         for a, b in zip(with_graphs[i], without[i]):

@@ -98,5 +98,4 @@ def test_decode_graph_inputs_address_the_rows_slots(qwen3_5_ckpt, each_alone: li
     run = run_engine(model, list(PROMPTS), max_batch_tokens=32, cuda_graphs=True, decode_batch_buckets=[1, 2, 4],
                      prefill_token_buckets=[32], num_state_snapshots=0)  # no cut chunks: 3-row decode steps occur
     assert run.tokens == each_alone
-    decode_4 = run.replays.get("decode:4", 0) + run.replays.get("short-decode:4", 0)  # either table width
-    assert decode_4 > 0 and not any(k.startswith("prefill") for k in run.replays)
+    assert run.replays.get("decode:4", 0) > 0 and not any(k.startswith("prefill") for k in run.replays)

@@ -136,7 +136,7 @@ def test_captured_decode_graphs_equal_eager_steps(qwen3_5_ckpt: Path) -> None:
                     events[event.seq.seq_id].append(event)
         results.append(events)
         if graphs:
-            assert parts.engine.runner.graphs.decode_replays(4) > 0
+            assert parts.engine.runner.graphs.replays.get("decode:4", 0) > 0
     eager, graphed = results
     for i in range(len(PROMPTS)):
         assert len(eager[i]) == len(graphed[i]) == 8

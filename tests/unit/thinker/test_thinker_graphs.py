@@ -19,8 +19,6 @@ from tests.unit.thinker_model.thinker_tiny_config import tiny_config
 
 NUM_BLOCKS, BLOCK = 48, 4
 SETTINGS = GraphSettings(decode_buckets=(1, 2, 4), prefill_buckets=(8, 16), max_num_seqs=4, max_model_len=96)
-# a context past SHORT_DECODE_KEYS (256 keys: 64 blocks of 4): each decode bucket is captured twice
-LONG = GraphSettings(decode_buckets=(1, 2, 4), prefill_buckets=(8, 16), max_num_seqs=4, max_model_len=400)
 
 
 def tiny_model(use_kernels: bool) -> ThinkerLM:
@@ -89,33 +87,6 @@ def test_graph_steps_equal_eager_and_never_write_foreign_kv() -> None:
     assert untouched and all(torch.isnan(kv[:, untouched]).all() for kv in runner.kv_caches)
 
 
-def test_short_decode_graphs_serve_decode_steps_that_fit_them_equal_eager() -> None:
-    cfg = tiny_config()
-    want_ids, want_lps, _ = generate(ThinkerRunner(tiny_model(False), NUM_BLOCKS, BLOCK, torch.device("cpu"),
-                                                   torch.float32), cfg)
-    runner = ThinkerRunner(tiny_model(True), NUM_BLOCKS, BLOCK, torch.device("cpu"), torch.float32, LONG)
-    got_ids, got_lps, _ = generate(runner, cfg)
-    assert got_ids == want_ids
-    torch.testing.assert_close(torch.tensor(got_lps), torch.tensor(want_lps), rtol=1e-5, atol=1e-5)
-    assert {key.split(":")[0] for key in runner.graphs.replays} == {"short-decode", "prefill"}
-    assert runner.graphs.decode_replays() == sum(n for k, n in runner.graphs.replays.items() if "decode" in k) > 0
-
-
-def test_plan_takes_a_short_decode_graph_while_every_table_fits_it() -> None:
-    graphs = StepGraphs(lambda ids, pos, ctx, media: torch.zeros(ids.shape[0], 4), LONG, BLOCK, NUM_BLOCKS,
-                        torch.device("cpu"), capture=False)
-    assert (graphs.width, graphs.short_width) == (100, 64)
-    assert graphs.short_decode[4].ctx.block_tables.shape == (4, 64)
-    assert graphs.decode[4].ctx.block_tables.shape == (4, 100)
-    fits, past = [0] * 64, [0] * 65
-    assert graphs.plan([1, 1], [fits, [0]]).kind == "short-decode"
-    assert graphs.plan([1, 1], [fits, past]).kind == "decode"  # one row past the short tables: the wide graph
-    assert graphs.plan([3, 1], [fits, [0]]).kind == "prefill"
-    assert graphs.graph("short-decode", 2) is graphs.short_decode[2] and graphs.graph("decode", 2) is graphs.decode[2]
-    assert StepGraphs(lambda ids, pos, ctx, media: torch.zeros(ids.shape[0], 4), SETTINGS, BLOCK, NUM_BLOCKS,
-                      torch.device("cpu"), capture=False).short_decode == {}  # 96 keys of context: short already
-
-
 def test_media_rows_replay_on_prefill_graphs_equal_eager() -> None:
     """Audio rows (no deepstack) in prefill and mixed steps replay on the prefill graphs, their embeddings taken
     from the media buffer where the mask says so, with the eager runner's tokens and logprobs."""
@@ -170,24 +141,22 @@ def test_plan_picks_the_smallest_graph_that_holds_the_step() -> None:
     assert graphs.plan([1], [[0] * (graphs.width + 1)]) is None  # a table wider than the static one: eager
 
 
-@pytest.mark.parametrize("kind", ["decode", "short-decode", "prefill"])
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
 def test_padding_rows_point_at_the_scratch_block(kind: str) -> None:
-    graphs = StepGraphs(lambda ids, pos, ctx, media: torch.zeros(ids.shape[0], 4),
-                        LONG if kind == "short-decode" else SETTINGS, BLOCK, NUM_BLOCKS, torch.device("cpu"),
-                        capture=False)
+    graphs = StepGraphs(lambda ids, pos, ctx, media: torch.zeros(ids.shape[0], 4), SETTINGS, BLOCK, NUM_BLOCKS,
+                        torch.device("cpu"), capture=False)
     decode = ([1, 1, 1], [6, 3, 1], [[5, 9], [2], [6]])
-    q_lens, kv_lens, tables = decode if kind != "prefill" else ([3, 1], [3, 6], [[4], [7, 8]])
+    q_lens, kv_lens, tables = decode if kind == "decode" else ([3, 1], [3, 6], [[4], [7, 8]])
     g = graphs.plan(q_lens, tables)
-    assert g.kind == kind
     graphs.prepare(g, [11] * sum(q_lens), torch.zeros(3, sum(q_lens), dtype=torch.long), q_lens, kv_lens, tables)
     ctx, scratch = g.ctx, NUM_BLOCKS * BLOCK
     real = sum(q_lens)
-    expected_real = [9 * BLOCK + 1, 2 * BLOCK + 2, 6 * BLOCK] if kind != "prefill" else [16, 17, 18, 8 * BLOCK + 1]
+    expected_real = [9 * BLOCK + 1, 2 * BLOCK + 2, 6 * BLOCK] if kind == "decode" else [16, 17, 18, 8 * BLOCK + 1]
     assert ctx.slot_mapping[:real].tolist() == expected_real
     pad = ctx.slot_mapping[real:]
     assert ((pad >= scratch) & (pad < scratch + BLOCK)).all()
     assert ctx.cu_seqlens_q[-1] == g.num_tokens  # every row belongs to some sequence, so every output is written
-    if kind != "prefill":
+    if kind == "decode":
         assert g.num_tokens == 4 and ctx.kv_lens[3:].tolist() == [1] and ctx.block_tables[3, 0] == NUM_BLOCKS
     else:
         assert ctx.kv_lens[2] == g.num_tokens - real and ctx.kv_lens[3:].tolist() == [0, 0]

@@ -55,7 +55,7 @@ def _run(model: HybridLM) -> tuple[dict[int, list], object]:
 def test_tp2_hybrid_captured_graphs_with_nccl_equal_one_gpu(qwen3_5_ckpt: Path, tp2: ShardedHybridLM) -> None:
     got, parts = _run(tp2)
     runner = parts.engine.runner
-    assert runner.capture_records and runner.graphs.decode_replays(4) > 0
+    assert runner.capture_records and runner.graphs.replays.get("decode:4", 0) > 0
     assert parts.scheduler.num_prefix_hit_tokens > 0
     want, _ = _run(HybridLM.load(qwen3_5_ckpt, device=GPU, dtype=torch.bfloat16, use_kernels=True))
     for i in range(len(REQUESTS)):
