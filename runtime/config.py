@@ -100,9 +100,6 @@ class EngineConfig:
     cuda_graphs: StrictBool = True
     decode_batch_buckets: Items[StrictInt] = ()  # rows of decode-only steps; () = 1, 2, 4, ... and max_num_seqs
     prefill_token_buckets: Items[StrictInt] = ()  # tokens of prefill/mixed steps, each <= max_batch_tokens; () = none
-    # GPU kernel path: decode steps (<= 16 rows dense, <= 4 MoE) run the decoder layers on their residual stream, the
-    # norms inside the GEMMs after them; off until measured on the GPU (bench/kernels/NOTES.md run 9)
-    norms_in_gemms: StrictBool = False
 
     def __post_init__(self) -> None:
         check(self.max_batch_tokens >= self.max_num_seqs, "max_batch_tokens", self.max_batch_tokens,
@@ -198,9 +195,6 @@ class SpeechConfig:
     # fill the SMs the frames leave idle instead of slowing them. Two H200s, c=32: 4 in flight alone 207 audio-s/s,
     # with this 232-238, neither 212-223 (bench/talker/NOTES.md)
     prioritize_frames: StrictBool = True
-    # fused frame step: the code predictor's RMSNorms inside its skinny GEMMs; off until measured on the GPU
-    # (bench/kernels/NOTES.md run 9)
-    norms_in_gemms: StrictBool = False
     temperature: StrictFloat = Field(0.9, ge=0, description="0 is greedy")  # talker (codebook 0)
     top_k: StrictInt = Field(50, ge=0, description="0 disables top-k")
     top_p: StrictFloat = Field(1.0, gt=0, le=1, description="1 disables")

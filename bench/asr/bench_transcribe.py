@@ -68,8 +68,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefill-buckets", type=int, nargs="*", default=[64, 128, 256, 512, 1024, 2048, 4096],
                    help="thinker prefill token ladder for CUDA graphs (rungs above --max-batch-tokens are dropped)")
     p.add_argument("--no-graphs", action="store_true", help="thinker eager steps only")
-    p.add_argument("--norms-in-gemms", action="store_true",
-                   help="thinker.engine.norms_in_gemms: decode steps with the norms inside the skinny GEMMs")
     p.add_argument("--token-flush-ms", type=float, default=15.0, help="thinker token-delta coalescing (its default)")
     p.add_argument("--audio-batch-wait-ms", type=float, default=5.0,
                    help="how long an audio encoder forward waits for more clips (its default)")
@@ -111,7 +109,6 @@ class Bench:
                   "max_waiting_seqs": 4 * self.max_c, "max_model_len": a.max_model_len,
                   "kv_cache_bytes": int((a.kv_cache_gib or (1 / 16 if a.tiny else 8)) * 2**30),
                   "token_flush_ms": a.token_flush_ms, "cuda_graphs": not a.no_graphs,
-                  "norms_in_gemms": a.norms_in_gemms,
                   "prefill_token_buckets": [n for n in a.prefill_buckets if n <= max(a.max_batch_tokens, max_num_seqs)]}
         return {"thinker": {**stage, "engine": engine},
                 "audio": {**stage, "enabled": True, "encoder": {"batch_wait_ms": a.audio_batch_wait_ms}}}

@@ -39,8 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-buckets", type=int, nargs="*", default=[64, 128, 256, 512, 1024, 2048],
                    help="prefill token ladder (rungs above --max-batch-tokens are dropped)")
     p.add_argument("--no-graphs", action="store_true", help="eager steps only (to measure what graphs give)")
-    p.add_argument("--norms-in-gemms", action="store_true",
-                   help="thinker.engine.norms_in_gemms: decode steps with the norms inside the GEMMs after them")
     p.add_argument("--ckpt-dir", type=Path, default=None,
                    help="where --random-weights writes its checkpoint for the gateway run (default: /dev/shm or tmp)")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds the mesh may take to come up")

@@ -9,8 +9,6 @@ or the device bounds it.
 
 `--media` makes each prompt's rows 1..n-2 one media item of random host embeddings (no deepstack), which the step
 writes into its embeddings as a live video's step does: the isolated step against the live one, media path included.
-`--norms-in-gemms` runs decode steps of <= 16 rows with each dense layer's norms inside its skinny GEMMs
-(`ThinkerLM.use_norms_in_gemms`, off in the server until measured): run once with and once without on one machine.
 """
 from __future__ import annotations
 
@@ -36,7 +34,7 @@ from bench.thinker.step_profile import kernel_breakdown  # noqa: E402
 from bench.thinker.workload import PromptMaker  # noqa: E402
 from runtime.config import EngineConfig  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
-from services.thinker.model import ThinkerConfig, ThinkerLM  # noqa: E402
+from services.thinker.model import ThinkerConfig  # noqa: E402
 from services.thinker.request import MediaInput, ThinkerRequest  # noqa: E402
 
 
@@ -67,21 +65,16 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=32, help="the larger decode graph profiled")
     p.add_argument("--prefill-rows", type=int, default=1, help="fresh prompts in the profiled prefill step")
     p.add_argument("--media", action="store_true", help="each prompt's rows 1..n-2 are one media item")
-    p.add_argument("--norms-in-gemms", action="store_true",
-                   help="decode steps of <= 16 rows run the dense layers' norms inside their skinny GEMMs")
     args = p.parse_args()
     device, dtype = torch.device("cuda"), torch.bfloat16
     family = FAMILIES[args.family](False)
     cfg = ThinkerConfig.from_dict(family.root)
     model = served_model(transformers_model(family, device, dtype), cfg, device)
-    if args.norms_in_gemms and not isinstance(model, ThinkerLM):
-        p.error(f"--norms-in-gemms: {args.family} is a hybrid model; only ThinkerLM's dense layers take it")
     step_tokens = max(2048, args.prefill_rows * args.prompt_tokens)  # the prefill rows share one step
     eng = EngineConfig(max_num_seqs=max(args.rows, args.prefill_rows), max_batch_tokens=step_tokens,
                        kv_cache_bytes=4 << 30, max_model_len=max(4096, args.prompt_tokens + 128),
-                       decode_batch_buckets=(1, args.rows), norms_in_gemms=args.norms_in_gemms)
+                       decode_batch_buckets=(1, args.rows))
     engine = engine_loop.build_engine(model, eng, device, dtype)
-    streamed = sum(getattr(layer, "norms_in_gemms", False) for layer in model.layers)
     maker = PromptMaker(resolve_model(family.demo_model), args.prompt_tokens)
     options = engine_loop.workload_sampling("greedy", 8)
 
@@ -109,12 +102,11 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         seconds = first_step(3)
     command = (f"python bench/thinker/profile_lm.py --family {args.family} --prompt-tokens {args.prompt_tokens} "
-               f"--rows {args.rows} --prefill-rows {args.prefill_rows}{' --media' * args.media}"
-               f"{' --norms-in-gemms' * args.norms_in_gemms} --out {args.out}")
+               f"--rows {args.rows} --prefill-rows {args.prefill_rows}{' --media' * args.media} --out {args.out}")
     kernels, launches = summed_events(prof, device=True)
     out: dict[str, Any] = {
         **provenance_of(command, device), "family": family.name, "prompt_tokens": args.prompt_tokens,
-        "prefill_rows": args.prefill_rows, "media": args.media, "layers_with_norms_in_gemms": streamed,
+        "prefill_rows": args.prefill_rows, "media": args.media,
         "prefill_step_ms": {"warm_ups": [s * 1e3 for s in warm], "profiled": seconds * 1e3,
                             "kernels_summed": sum(kernels.values()) / 1e3, "launches": sum(launches.values())},
         "prefill_kernels": top_events(prof, device=True), "prefill_host_ops": top_events(prof, device=False),

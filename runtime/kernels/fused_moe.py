@@ -39,15 +39,13 @@ def routed_moe(
     norm_topk_prob: bool = True,
     shared: SharedExpert | None = None,
     config: MoeConfig | None = None,
-    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`fused_moe` with the router logits [T, E] (= x @ router_w^T, in x's dtype) already computed, as the Thinker's
-    fused norm + router kernel leaves them; x [T, H] -> [T, H], plus `residual` [T, H] where given (a decoder layer
-    on its residual stream: the small path adds it in its last launch)."""
+    fused norm + router kernel leaves them; x [T, H] -> [T, H]."""
     if x.shape[0] == 0:
-        return torch.zeros_like(x) if residual is None else residual.clone()
+        return torch.zeros_like(x)
     if not use_triton(x, logits, w_gate_up, w_down):
-        return routed_moe_reference(x, logits, w_gate_up, w_down, top_k, norm_topk_prob, shared, residual)
+        return routed_moe_reference(x, logits, w_gate_up, w_down, top_k, norm_topk_prob, shared)
     from runtime.kernels.moe_triton import routed_moe_triton  # imports triton: only on the GPU path
 
-    return routed_moe_triton(x, logits, w_gate_up, w_down, top_k, norm_topk_prob, shared, config, residual)
+    return routed_moe_triton(x, logits, w_gate_up, w_down, top_k, norm_topk_prob, shared, config)

@@ -91,10 +91,9 @@ def routed_moe_reference(
     top_k: int,
     norm_topk_prob: bool = True,
     shared: SharedExpert | None = None,
-    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`fused_moe_reference` from router logits [T, E] computed elsewhere (+ `residual` [T, H])."""
+    """`fused_moe_reference` from router logits [T, E] computed elsewhere."""
     out = experts_reference(x, topk_softmax_reference(logits, top_k, norm_topk_prob), w_gate_up, w_down)
     if shared is not None:
         out = out + shared_expert_forward(x, shared)
-    return out if residual is None else out + residual
+    return out

@@ -95,15 +95,13 @@ def _small_gate_up_kernel(
 
 @triton.jit
 def _small_down_sum_kernel(
-    act_ptr, w_ptr, out_ptr, ids_ptr, weights_ptr, part_ptr, counter_ptr, res_ptr,
+    act_ptr, w_ptr, out_ptr, ids_ptr, weights_ptr, part_ptr, counter_ptr,
     N, K, steps_per_split,
-    stride_ar, stride_we, stride_wn, stride_ot, stride_ps, stride_rt,
+    stride_ar, stride_we, stride_wn, stride_ot, stride_ps,
     TOP_K: tl.constexpr, K_PAD: tl.constexpr, ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, SPLITS: tl.constexpr,
-    RESIDUAL: tl.constexpr,
 ):
-    """Program (token, n-tile, split): out[t, n] = sum_j weights[t, j] * (act[t * k + j] . w[ids[t, j], n])
-    (+ res[t, n] in fp32 before the one rounding, with RESIDUAL).
+    """Program (token, n-tile, split): out[t, n] = sum_j weights[t, j] * (act[t * k + j] . w[ids[t, j], n]).
 
     One flat loop over (expert slot, K step) keeps the weight stream pipelined across the token's experts; the
     activation sits in MMA row 0 (the other rows stay zero). With SPLITS > 1 a split takes `steps_per_split` steps
@@ -143,10 +141,7 @@ def _small_down_sum_kernel(
         acc += tl.dot(a, b) * weight
     out = tl.sum(acc, 0)  # row 0 is the token's output; the other rows are zeros
     out_ptrs = out_ptr + token.to(tl.int64) * stride_ot + offs_n
-    res_ptrs = res_ptr + token.to(tl.int64) * stride_rt + offs_n
     if SPLITS == 1:
-        if RESIDUAL:
-            out += tl.load(res_ptrs, mask=n_ok, other=0.0).to(tl.float32)
         tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=n_ok)
     else:
         parts = part_ptr + token.to(tl.int64) * N + offs_n  # split 0's partials of this tile
@@ -157,8 +152,6 @@ def _small_down_sum_kernel(
             out = tl.zeros([BLOCK_N], dtype=tl.float32)
             for p in range(SPLITS):  # split order: the same sums every run
                 out += tl.load(parts + p * stride_ps, mask=n_ok, other=0.0, cache_modifier=".cg")
-            if RESIDUAL:
-                out += tl.load(res_ptrs, mask=n_ok, other=0.0).to(tl.float32)
             tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=n_ok)
             tl.store(counter, 0)  # zero for the next launch
 
@@ -191,11 +184,9 @@ def plan_down(num_tokens: int, hidden: int, inter: int, top_k: int, cfg: GemmCon
 def experts_small_triton(
     x: torch.Tensor, logits: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, top_k: int,
     norm_topk_prob: bool, gate_up_cfg: GemmConfig, down_cfg: GemmConfig, splits: int | None = None,
-    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Route by `logits` [T, E] and run the routed experts: x [T, H] -> [T, H], two launches, no host sync.
-    `splits`: how many ways down splits its loop (None: `down_splits`'s rule; a benchmark sweeps it); `residual`
-    [T, H] is added in down's epilogue (a decoder layer on its residual stream)."""
+    `splits`: how many ways down splits its loop (None: `down_splits`'s rule; a benchmark sweeps it)."""
     num_tokens, hidden = x.shape
     num_experts, two_inter, _ = w_gate_up.shape
     inter = two_inter // 2
@@ -217,19 +208,16 @@ def experts_small_triton(
     )
     plan = plan_down(num_tokens, hidden, inter, top_k, down_cfg, num_sms(x.device.index or 0), splits)
     parts = counters = out  # unused without splits
-    res = residual if residual is not None else out
-    assert res.shape == out.shape and res.stride(1) == 1
     if plan.splits > 1:
         parts = torch.empty(plan.splits, num_tokens, hidden, dtype=torch.float32, device=x.device)
         # shared with the skinny GEMM's split-K launches
         counters = arrival_counters(x.device, x.is_cuda and torch.cuda.is_current_stream_capturing())
     _small_down_sum_kernel[(num_tokens, plan.tiles, plan.splits)](
-        act, w_down, out, ids, weights, parts, counters, res,
+        act, w_down, out, ids, weights, parts, counters,
         hidden, inter, plan.steps_per_split,
-        act.stride(0), w_down.stride(0), w_down.stride(1), out.stride(0), parts.stride(0), res.stride(0),
+        act.stride(0), w_down.stride(0), w_down.stride(1), out.stride(0), parts.stride(0),
         TOP_K=top_k, K_PAD=next_power_of_2(top_k), ROWS=MMA_ROWS,
         BLOCK_N=down_cfg.block_n, BLOCK_K=down_cfg.block_k, EVEN_K=inter % down_cfg.block_k == 0,
-        SPLITS=plan.splits, RESIDUAL=residual is not None,
-        num_warps=down_cfg.num_warps, num_stages=down_cfg.num_stages,
+        SPLITS=plan.splits, num_warps=down_cfg.num_warps, num_stages=down_cfg.num_stages,
     )
     return out

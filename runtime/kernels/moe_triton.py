@@ -61,19 +61,15 @@ def routed_moe_triton(
     norm_topk_prob: bool = True,
     shared: SharedExpert | None = None,
     config: MoeConfig | None = None,
-    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The MoE block from router logits [T, E] computed elsewhere (e.g. inside the norm before it); x [T, H].
-    `residual` [T, H] is added to the output: inside the small path's last launch, after the others."""
+    """The MoE block from router logits [T, E] computed elsewhere (e.g. inside the norm before it); x [T, H]."""
     x = x.contiguous()
     cfg = config or config_for(x, w_gate_up, top_k)
-    small = x.shape[0] <= cfg.small_max_tokens
-    in_down = residual if small and shared is None else None  # the small path adds it in down's last launch
-    if small:
+    if x.shape[0] <= cfg.small_max_tokens:
         out = experts_small_triton(x, logits.contiguous(), w_gate_up, w_down, top_k, norm_topk_prob,
-                                   cfg.small_gate_up, cfg.small_down, residual=in_down)
+                                   cfg.small_gate_up, cfg.small_down)
     else:
         out = experts_triton(x, topk_softmax_triton(logits, top_k, norm_topk_prob), w_gate_up, w_down, cfg)
     if shared is not None:
         out = out + shared_expert_forward(x, shared)
-    return out if residual is None or in_down is not None else out + residual
+    return out

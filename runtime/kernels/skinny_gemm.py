@@ -1,6 +1,5 @@
 """Skinny GEMM for decode-time linears: y = x @ W^T for at most SKINNY_MAX_ROWS rows, optionally with SwiGLU's
-silu(gate) * up or a residual add fused in, and x RMS-normalised on the way in; one Triton launch on CUDA in
-bf16/fp16, the PyTorch reference otherwise.
+silu(gate) * up or a residual add fused in; one Triton launch on CUDA in bf16/fp16, the PyTorch reference otherwise.
 
 At 1-16 rows a linear only streams its weight, so the kernel reads it once with enough programs to fill every SM
 (`skinny_config`): by output tiles, and for narrow outputs also by K (fp32 partials that the tile's last program
@@ -16,8 +15,8 @@ import torch.nn.functional as F
 
 from runtime.kernels._backend import next_power_of_2, use_triton
 
-__all__ = ["SKINNY_MAX_ROWS", "Epilogue", "RowNorm", "SkinnyConfig", "check_config", "skinny_config",
-           "skinny_linear", "skinny_linear_reference", "split_plan"]
+__all__ = ["SKINNY_MAX_ROWS", "Epilogue", "SkinnyConfig", "check_config", "skinny_config", "skinny_linear",
+           "skinny_linear_reference", "split_plan"]
 
 SKINNY_MAX_ROWS = 16  # the kernel pads the rows to one 16-row MMA tile; more rows belong to a real GEMM
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -32,17 +31,6 @@ class Epilogue(enum.IntEnum):
 
     SILU_MUL = 1  # W is [gate; up] (2I, K), rows stacked as in the fused gate_up weights: silu(x@Wg^T) * (x@Wu^T)
     RESIDUAL = 2  # residual + x @ W^T, residual (M, N)
-
-
-class RowNorm(NamedTuple):
-    """x's RMSNorm, run inside the GEMM: rmsnorm(x) = x * rsqrt(mean(x^2) + eps) * weight, or * (1 + weight)
-    `zero_centred` (Qwen3.5). The kernel sums each row's squares beside its K loop, multiplies each K step by the
-    weight on its way to the MMA and scales the fp32 sums by the rows' rsqrt at the end: no pass over K before the
-    weight stream starts (the prologue that did one was slower, bench/kernels/NOTES.md run 8)."""
-
-    weight: torch.Tensor  # (K,), x's dtype
-    eps: float
-    zero_centred: bool = False
 
 
 class SkinnyConfig(NamedTuple):
@@ -111,16 +99,11 @@ def skinny_config(out_cols: int, weight_rows: int, k: int, num_sms: int, element
 
 
 def skinny_linear_reference(
-    x: torch.Tensor, weight: torch.Tensor, epilogue: Epilogue | None = None, residual: torch.Tensor | None = None,
-    norm: RowNorm | None = None,
+    x: torch.Tensor, weight: torch.Tensor, epilogue: Epilogue | None = None, residual: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """x (M, K) @ weight (N, K)^T in fp32 (x RMS-normalised first with `norm`), the epilogue in fp32, one rounding
-    to x's dtype: (M, N), or (M, N / 2) with SILU_MUL."""
-    xf = x.float()
-    if norm is not None:
-        gain = norm.weight.float() + 1.0 if norm.zero_centred else norm.weight.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.eps) * gain
-    y = xf @ weight.float().T  # (M, N)
+    """x (M, K) @ weight (N, K)^T in fp32, the epilogue in fp32, one rounding to x's dtype: (M, N), or (M, N / 2)
+    with SILU_MUL."""
+    y = x.float() @ weight.float().T  # (M, N)
     if epilogue is Epilogue.SILU_MUL:
         gate, up = y.chunk(2, dim=-1)
         y = F.silu(gate) * up
@@ -131,8 +114,7 @@ def skinny_linear_reference(
 
 
 def _check_inputs(
-    x: torch.Tensor, weight: torch.Tensor, epilogue: Epilogue | None, residual: torch.Tensor | None,
-    norm: RowNorm | None,
+    x: torch.Tensor, weight: torch.Tensor, epilogue: Epilogue | None, residual: torch.Tensor | None
 ) -> None:
     if x.dim() != 2 or weight.dim() != 2:
         raise ValueError(f"skinny_linear takes x (M, K) and weight (N, K); got {tuple(x.shape)}, {tuple(weight.shape)}")
@@ -161,32 +143,24 @@ def _check_inputs(
                              f"{residual.dtype} on {residual.device}")
         if residual.stride(1) != 1 and want[1] > 1:
             raise ValueError(f"residual must have unit stride along N; got strides {residual.stride()}")
-    if norm is not None:
-        g = norm.weight
-        if tuple(g.shape) != (k,) or g.dtype != x.dtype or g.device != x.device or not g.is_contiguous():
-            raise ValueError(f"norm.weight must be a contiguous ({k},) {x.dtype} on {x.device}; got {tuple(g.shape)} "
-                             f"{g.dtype} on {g.device}")
-        if not norm.eps > 0:
-            raise ValueError(f"norm.eps must be > 0; got {norm.eps}")
 
 
 def skinny_linear(
     x: torch.Tensor, weight: torch.Tensor, epilogue: Epilogue | None = None, residual: torch.Tensor | None = None,
-    config: SkinnyConfig | None = None, norm: RowNorm | None = None,
+    config: SkinnyConfig | None = None,
 ) -> torch.Tensor:
     """`skinny_linear_reference` in one Triton launch for CUDA bf16/fp16 tensors (the reference otherwise).
 
     x (M <= SKINNY_MAX_ROWS, K) with unit stride along K, weight (N, K) contiguous, the same dtype; `residual`
-    (M, N) exactly with Epilogue.RESIDUAL; `norm` normalises x's rows first (the norm launch before a decode GEMM
-    goes). `config` overrides `skinny_config`'s tiling (benchmarks sweep it).
+    (M, N) exactly with Epilogue.RESIDUAL. `config` overrides `skinny_config`'s tiling (benchmarks sweep it).
     A split-K launch (the default for narrow outputs) uses per-device arrival counters: the first call of a process
     must run outside CUDA-graph capture, and split-K calls must not run on two streams at once.
     """
-    _check_inputs(x, weight, epilogue, residual, norm)
+    _check_inputs(x, weight, epilogue, residual)
     if config is not None:
         check_config(config)
     if use_triton(x, weight) and x.numel() and weight.numel():
         from runtime.kernels.skinny_gemm_triton import skinny_gemm_triton  # imports triton
 
-        return skinny_gemm_triton(x, weight, epilogue, residual, config, norm)
-    return skinny_linear_reference(x, weight, epilogue, residual, norm)
+        return skinny_gemm_triton(x, weight, epilogue, residual, config)
+    return skinny_linear_reference(x, weight, epilogue, residual)

@@ -1,6 +1,5 @@
 """Triton skinny GEMM: y = x @ W^T for at most 16 rows, the weight read once, split over K when the outputs alone
-give too few programs; epilogues silu(gate) * up over a stacked [gate; up] weight, or + residual; x optionally
-RMS-normalised inside (RowNorm)."""
+give too few programs; epilogues silu(gate) * up over a stacked [gate; up] weight, or + residual."""
 from __future__ import annotations
 
 import torch
@@ -8,7 +7,7 @@ import triton
 import triton.language as tl
 
 from runtime.kernels.paged_attention_triton import num_sms
-from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, RowNorm, SkinnyConfig, skinny_config, split_plan
+from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, SkinnyConfig, skinny_config, split_plan
 
 # Split-K launches count their programs' arrivals per output tile here; a tile's last program resets its counter.
 MAX_SPLIT_TILES = 4096
@@ -16,18 +15,11 @@ _COUNTERS: dict[torch.device, torch.Tensor] = {}
 # the jitted kernel reads module globals only as constexprs
 SILU_MUL = tl.constexpr(int(Epilogue.SILU_MUL))
 RESIDUAL = tl.constexpr(int(Epilogue.RESIDUAL))
-NORM_ZERO_CENTRED = tl.constexpr(2)  # the kernel's NORM: 0 none, 1 rmsnorm(x) * weight, 2 rmsnorm(x) * (1 + weight)
 
 
 @triton.jit
-def _finish(acc, acc_up, sumsq, out_ptr, res_ptr, rows, cols, mask, stride_om, stride_rm, K, eps,
-            EPILOGUE: tl.constexpr, NORM: tl.constexpr):
-    """The epilogue in fp32 on the tile's sums [ROWS, BLOCK_N] (first scaled by the rows' rsqrt(mean(x^2) + eps)
-    with NORM), then one rounding into out."""
-    if NORM:
-        scale = tl.rsqrt(sumsq / K + eps)[:, None]
-        acc = acc * scale
-        acc_up = acc_up * scale
+def _finish(acc, acc_up, out_ptr, res_ptr, rows, cols, mask, stride_om, stride_rm, EPILOGUE: tl.constexpr):
+    """The epilogue in fp32 on the tile's sums [ROWS, BLOCK_N], then one rounding into out."""
     if EPILOGUE == SILU_MUL:
         acc = acc * tl.sigmoid(acc) * acc_up
     if EPILOGUE == RESIDUAL:
@@ -37,22 +29,18 @@ def _finish(acc, acc_up, sumsq, out_ptr, res_ptr, rows, cols, mask, stride_om, s
 
 @triton.jit(do_not_specialize=["M"])  # one compile for every row count
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, out_ptr, res_ptr, part_ptr, counter_ptr, gain_ptr, sumsq_ptr,
-    M, N, K, k_per_split, eps,
+    x_ptr, w_ptr, out_ptr, res_ptr, part_ptr, counter_ptr,
+    M, N, K, k_per_split,
     stride_xm, stride_om, stride_rm, stride_ps, stride_pm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    EVEN_K: tl.constexpr, EPILOGUE: tl.constexpr, NORM: tl.constexpr, PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr, EPILOGUE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Program (split, tile): outputs [tile * BLOCK_N, +BLOCK_N) of every row, over K [split * k_per_split, + that).
 
     The M rows are the MMA tile's first rows (the rest masked to zero), so each weight element is loaded by one
     program only. With SILU_MUL output n takes weight rows n (gate) and N + n (up) in the same loop. With splits,
     each program stores its fp32 partials [SPLIT_K, M, weight rows] and counts its arrival; the tile's last program
-    adds the SPLIT_K partials in split order (deterministic, no float atomics) and runs the epilogue.
-
-    With NORM each K step of x is multiplied by the norm's gain before its MMA while the rows' squares are summed;
-    the sums of x @ (gain * W)^T are scaled by rsqrt(mean(x^2) + eps) at the end (split programs store their
-    squares beside the partials)."""
+    adds the SPLIT_K partials in split order (deterministic, no float atomics) and runs the epilogue."""
     split = tl.program_id(0)
     tile = tl.program_id(1)
     rows = tl.arange(0, ROWS)
@@ -67,26 +55,15 @@ def _skinny_gemm_kernel(
     up_ptrs = w_ptr + (cols + N)[None, :].to(tl.int64) * K + (k_lo + offs_k)[:, None]
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)  # SILU_MUL only
-    sumsq = tl.zeros([ROWS], dtype=tl.float32)  # NORM only
-    gain_ptrs = gain_ptr + k_lo + offs_k
     for k0 in range(k_lo, k_hi, BLOCK_K):
         if EVEN_K:
             x_mask = row_ok[:, None]
             w_mask = col_ok[None, :]
-            k_ok = offs_k < BLOCK_K
         else:
             k_ok = offs_k < K - k0
             x_mask = row_ok[:, None] & k_ok[None, :]
             w_mask = k_ok[:, None] & col_ok[None, :]
         a = tl.load(x_ptrs, mask=x_mask, other=0.0)
-        if NORM:
-            af = a.to(tl.float32)
-            sumsq += tl.sum(af * af, axis=1)
-            gain = tl.load(gain_ptrs, mask=k_ok, other=0.0).to(tl.float32)
-            if NORM == NORM_ZERO_CENTRED:
-                gain += 1.0
-            a = (af * gain[None, :]).to(x_ptr.dtype.element_ty)
-            gain_ptrs += BLOCK_K
         acc = tl.dot(a, tl.load(w_ptrs, mask=w_mask, other=0.0), acc, input_precision=PRECISION)
         if EPILOGUE == SILU_MUL:
             acc_up = tl.dot(a, tl.load(up_ptrs, mask=w_mask, other=0.0), acc_up, input_precision=PRECISION)
@@ -95,31 +72,23 @@ def _skinny_gemm_kernel(
         w_ptrs += BLOCK_K
     mask = row_ok[:, None] & col_ok[None, :]
     if SPLIT_K == 1:
-        _finish(acc, acc_up, sumsq, out_ptr, res_ptr, rows, cols, mask, stride_om, stride_rm, K, eps, EPILOGUE,
-                NORM)
+        _finish(acc, acc_up, out_ptr, res_ptr, rows, cols, mask, stride_om, stride_rm, EPILOGUE)
     else:
         parts = part_ptr + rows[:, None] * stride_pm + cols[None, :]  # split 0's; the up half N columns on
         tl.store(parts + split * stride_ps, acc, mask=mask)
         if EPILOGUE == SILU_MUL:
             tl.store(parts + split * stride_ps + N, acc_up, mask=mask)
-        squares = sumsq_ptr + tile * ROWS + rows  # split 0's [tiles, ROWS]: each tile's own, no shared writes
-        if NORM:
-            tl.store(squares + split * tl.num_programs(1) * ROWS, sumsq)
         # every thread's partial stores come before the arrival (the barrier), and the arrival releases them
         tl.debug_barrier()
         arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if arrived == SPLIT_K - 1:  # the tile's last program: every split's partials are visible now
             acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
             acc_up = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-            sumsq = tl.zeros([ROWS], dtype=tl.float32)
             for s in range(SPLIT_K):  # split order, whichever program arrived last: the same sums every run
                 acc += tl.load(parts + s * stride_ps, mask=mask, other=0.0, cache_modifier=".cg")
                 if EPILOGUE == SILU_MUL:
                     acc_up += tl.load(parts + s * stride_ps + N, mask=mask, other=0.0, cache_modifier=".cg")
-                if NORM:
-                    sumsq += tl.load(squares + s * tl.num_programs(1) * ROWS, cache_modifier=".cg")
-            _finish(acc, acc_up, sumsq, out_ptr, res_ptr, rows, cols, mask, stride_om, stride_rm, K, eps, EPILOGUE,
-                    NORM)
+            _finish(acc, acc_up, out_ptr, res_ptr, rows, cols, mask, stride_om, stride_rm, EPILOGUE)
             tl.store(counter_ptr + tile, 0)  # zero for the next launch (launches on a stream run in order)
 
 
@@ -138,7 +107,7 @@ def arrival_counters(device: torch.device, capturing: bool) -> torch.Tensor:
 
 def skinny_gemm_triton(
     x: torch.Tensor, weight: torch.Tensor, epilogue: Epilogue | None = None, residual: torch.Tensor | None = None,
-    config: SkinnyConfig | None = None, norm: RowNorm | None = None,
+    config: SkinnyConfig | None = None,
 ) -> torch.Tensor:
     """`skinny_linear_reference` in one launch, inputs as `skinny_linear` checks them (any float dtype: fp32 for
     the interpreter tests); `config` None takes `skinny_config`'s."""
@@ -150,24 +119,20 @@ def skinny_gemm_triton(
     plan = split_plan(k, config.block_k, config.split_k)
     tiles = triton.cdiv(n, config.block_n)
     out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
-    parts = counters = sumsq = out  # unused without splits (and sumsq without a norm)
+    parts = counters = out  # unused without splits
     if plan.splits > 1:
         if tiles > MAX_SPLIT_TILES:
             raise ValueError(f"split-K over {tiles} tiles of {config.block_n} outputs: at most {MAX_SPLIT_TILES}; "
                              "widen block_n or set split_k=1")
         parts = torch.empty(plan.splits, rows, weight_rows, dtype=torch.float32, device=x.device)
         counters = arrival_counters(x.device, x.is_cuda and torch.cuda.is_current_stream_capturing())
-        if norm is not None:
-            sumsq = torch.empty(plan.splits, tiles, SKINNY_MAX_ROWS, dtype=torch.float32, device=x.device)
     res = residual if residual is not None else out
-    gain = norm.weight if norm is not None else out
     _skinny_gemm_kernel[(plan.splits, tiles)](
-        x, weight, out, res, parts, counters, gain, sumsq,
-        rows, n, k, plan.k_per_split, norm.eps if norm is not None else 0.0,
+        x, weight, out, res, parts, counters,
+        rows, n, k, plan.k_per_split,
         x.stride(0), out.stride(0), res.stride(0), parts.stride(0), parts.stride(-2),
         ROWS=SKINNY_MAX_ROWS, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=plan.splits,
         EVEN_K=k % config.block_k == 0, EPILOGUE=int(epilogue or 0),
-        NORM=0 if norm is None else (2 if norm.zero_centred else 1),
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -52,8 +52,7 @@ def build_runner(model: TalkerModel, speech: SpeechConfig) -> TalkerRunner:
     model.lm.use_grouped_mm(fast)  # grouped GEMMs instead of a loop over experts: no host sync, so capturable
     # the fast frame is stepped deferred: its codes are read while the next step's host work runs
     runner = TalkerRunner(model, speech.max_rows, capacity, fast=fast, cuda_graphs=fast,
-                          prefill_tokens=speech.max_prefill_tokens, defer=fast, ahead=fast and speech.frames_ahead,
-                          norms_in_gemms=fast and speech.norms_in_gemms)
+                          prefill_tokens=speech.max_prefill_tokens, defer=fast, ahead=fast and speech.frames_ahead)
     runner.capture_graphs()
     receptive = model.code2wav.conv_receptive_frames()
     if speech.left_context_frames < receptive:

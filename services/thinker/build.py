@@ -54,10 +54,7 @@ def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.d
                  turn_end_tokens: frozenset[int] = frozenset()) -> EngineParts:
     """The KV cache sized from `eng`, CUDA graphs captured when asked, the scheduler and the engine. A hybrid model
     (Qwen3.5) also gets `eng.state_slots` state slots, a prefix cache only with state snapshots (taken where a prompt's
-    turns end, at `turn_end_tokens`, and at its last full block), and decode graphs only. `eng.norms_in_gemms` is
-    set on the model before the graphs capture it."""
-    if eng.norms_in_gemms and isinstance(model, ThinkerLM) and model.use_kernels:
-        log.info("thinker: %d layers with their norms inside the decode GEMMs", model.use_norms_in_gemms())
+    turns end, at `turn_end_tokens`, and at its last full block), and decode graphs only."""
     per_block = ThinkerRunner.kv_bytes_per_block(model, eng.block_size, dtype)
     num_blocks = eng.num_kv_blocks or max(1, eng.kv_cache_bytes // per_block)
     capacity = num_blocks * eng.block_size

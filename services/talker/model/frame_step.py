@@ -29,7 +29,7 @@ from runtime.kernels import fused_add_rmsnorm, paged_attention
 from runtime.kernels.activation import silu_mul
 from runtime.kernels.fused_moe import routed_moe
 from runtime.kernels.rmsnorm import fused_add_rmsnorm_router, qk_norm_rope_cache
-from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, RowNorm, skinny_linear
+from runtime.kernels.skinny_gemm import skinny_linear
 from services.talker.model.fused import AttentionWeights, SharedExpertWeights, predictor_weights, talker_weights
 from services.talker.model.kv import KVPool
 from services.talker.model.layers import rope_cos_sin
@@ -187,13 +187,8 @@ class _Picker:
 class FrameStep:
     """Holds the fused weights and reads/writes the runner's slot tables; `__call__` runs one frame for a batch."""
 
-    def __init__(self, model: TalkerModel, kv: KVPool, tables: SlotTables, suppress: torch.Tensor,
-                 norms_in_gemms: bool = False) -> None:
-        """`norms_in_gemms`: code-predictor steps of <= SKINNY_MAX_ROWS tokens run on their residual stream, each
-        norm inside the skinny GEMM after it (`_predictor_stream`); off until measured to pay on the GPU
-        (`bench_talker.py --paths graphs-norms-in-gemms`)."""
+    def __init__(self, model: TalkerModel, kv: KVPool, tables: SlotTables, suppress: torch.Tensor) -> None:
         self.model = model
-        self.norms_in_gemms = norms_in_gemms
         self.kv = kv
         self.tables = tables
         self.suppress = suppress
@@ -283,9 +278,6 @@ class FrameStep:
         """
         batch, steps, dim = x.shape
         predictor = self.model.predictor
-        if self.norms_in_gemms and batch * steps <= SKINNY_MAX_ROWS:
-            h = self._predictor_stream(x.reshape(batch * steps, dim), step, block_tables).view(batch, steps, dim)
-            return fused_add_rmsnorm(h[:, -1], None, predictor.norm.weight, predictor.norm.eps).normed
         h, residual = x.reshape(batch * steps, dim), None
         for w, kv_cache in zip(self.predictor, self.predictor_kv):
             a = w.attn
@@ -297,20 +289,6 @@ class FrameStep:
             h = self.linear(silu_mul(F.linear(normed, w.gate_up)), w.down)
         last = lambda t: t.view(batch, steps, dim)[:, -1]  # noqa: E731 - the norm is per token: only the last one
         return fused_add_rmsnorm(last(h), last(residual), predictor.norm.weight, predictor.norm.eps).normed
-
-    def _predictor_stream(self, x: torch.Tensor, step: _PredictorStep, block_tables: torch.Tensor) -> torch.Tensor:
-        """The predictor's layers on the residual stream x `(tokens, hidden)`: each RMSNorm inside the skinny GEMM
-        that reads it (q/k/v, gate/up+silu), each residual add in the epilogue of the one that writes it (o, down):
-        three launches a layer fewer (the two norms and the activation), q/k/v and gate/up off cuBLAS."""
-        steps = x.shape[0] // block_tables.shape[0]
-        for w, kv_cache in zip(self.predictor, self.predictor_kv):
-            a = w.attn
-            q = _attention_query(x, a, step.cos, step.sin, kv_cache, step.slots, RowNorm(a.input_norm, a.eps))
-            out = paged_attention(q, kv_cache, block_tables, step.kv_lens, step.cu_seqlens, steps)
-            x = skinny_linear(out.reshape(x.shape[0], -1), a.o, Epilogue.RESIDUAL, x)
-            act = skinny_linear(x, w.gate_up, Epilogue.SILU_MUL, norm=RowNorm(a.post_norm, a.eps))
-            x = skinny_linear(act, w.down, Epilogue.RESIDUAL, x)
-        return x
 
     # --- talker decode step ------------------------------------------------------------------------------------
 
@@ -346,14 +324,13 @@ class FrameStep:
 
 def _attention_query(
     x: torch.Tensor, a: AttentionWeights, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor,
-    slots: torch.Tensor, norm: RowNorm | None = None,
+    slots: torch.Tensor,
 ) -> torch.Tensor:
-    """x `(T, hidden)` -> normed, rotated q `(T, Hq, D)` from one q/k/v GEMM (x's RMSNorm inside it with `norm`);
-    the normed, rotated k and v are stored at their flat `slots` of `kv_cache` in the same launch (on CPU: the
-    reference norm, rope and write)."""
+    """x `(T, hidden)` -> normed, rotated q `(T, Hq, D)` from one q/k/v GEMM; the normed, rotated k and v are stored
+    at their flat `slots` of `kv_cache` in the same launch (on CPU: the reference norm, rope and write)."""
     tokens = x.shape[0]
     q_width, kv_width = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
-    qkv = F.linear(x, a.qkv) if norm is None else skinny_linear(x, a.qkv, norm=norm)
+    qkv = F.linear(x, a.qkv)
     q = qkv[:, :q_width].view(tokens, a.num_heads, a.head_dim)
     k = qkv[:, q_width:q_width + kv_width].view(tokens, a.num_kv_heads, a.head_dim)
     v = qkv[:, q_width + kv_width:].view(tokens, a.num_kv_heads, a.head_dim)

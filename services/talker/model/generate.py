@@ -57,10 +57,10 @@ class TalkerRunner:
     def __init__(
         self, model: TalkerModel, max_rows: int, max_len: int, record_margins: bool = False,
         fast: bool = False, cuda_graphs: bool = False, prefill_tokens: int = 4096, defer: bool = False,
-        ahead: bool = False, norms_in_gemms: bool = False,
+        ahead: bool = False,
     ) -> None:  # fmt: skip
         """`defer` and `ahead` (fast path): how `step` hands back a frame's codes, fixed for the runner's life (see
-        `step`); `norms_in_gemms`: FrameStep's, for the code predictor."""
+        `step`)."""
         if ahead and not (fast and defer and not record_margins):
             raise ValueError("TalkerRunner ahead=True launches a frame before reading the last one's codes: it needs "
                              "fast=True, defer=True and record_margins=False")
@@ -87,7 +87,7 @@ class TalkerRunner:
         # launches a frame before reading the last one's codes: `ahead`)
         self._pending: deque[_Pending] = deque()
         if fast:
-            step = FrameStep(model, self.kv, self.tables, self.suppress, norms_in_gemms)
+            step = FrameStep(model, self.kv, self.tables, self.suppress)
             capture = cuda_graphs and model.device.type == "cuda"
             self.frames = FrameGraphs(step, batch_buckets(max_rows), capture=capture)
             self.prefills = PrefillGraphs(model.lm, self.kv, batch_buckets(max_rows), prefill_tokens, capture)

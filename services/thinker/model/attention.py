@@ -13,7 +13,7 @@ from torch import nn
 
 from runtime.attention import AttentionContext, paged_attention
 from runtime.kernels.rmsnorm import qk_norm_rope, qk_norm_rope_cache
-from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, RowNorm, skinny_linear
+from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, skinny_linear
 from services.thinker.model.config import ThinkerConfig
 from services.thinker.model.kernel_path import kernel_attention, kernel_attention_cached
 from runtime.layers.rms_norm import RMSNorm
@@ -73,22 +73,14 @@ class ThinkerAttention(nn.Module):
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))  # [T, Hq * D] -> [T, H]
 
     def forward_fused(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext,
-        norm: RowNorm | None = None,
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, ctx: AttentionContext
     ) -> torch.Tensor:
-        """`forward` on the kernels: x: [T, H] -> [T, H].
-
-        With `norm` (decode sizes, no q/k/v bias): x is the residual stream; its RMSNorm runs inside the q/k/v GEMM
-        and the stream is added in the o GEMM's epilogue, so the output is the next residual stream (both on the
-        skinny GEMM: the norm's launch goes, and the next norm adds nothing)."""
+        """`forward` on the kernels: x: [T, H] -> [T, H]."""
         if self.qkv_weight is None:
             self.fuse_qkv()
         num_tokens = x.shape[0]
         q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        if norm is None:
-            qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [T, (Hq + 2 Hkv) * D]
-        else:
-            qkv = skinny_linear(x, self.qkv_weight, norm=norm)
+        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [T, (Hq + 2 Hkv) * D]
         q = qkv[:, :q_width].view(num_tokens, self.num_heads, self.head_dim)  # [T, Hq, D], strided view
         k = qkv[:, q_width:q_width + kv_width].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         v = qkv[:, q_width + kv_width:].view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
@@ -101,8 +93,6 @@ class ThinkerAttention(nn.Module):
             q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, cos, sin, self.q_norm.eps)
             out = self.backend(q, k, v, kv_cache, ctx, self.scale)  # [T, Hq, D]
         out = out.reshape(num_tokens, self.num_heads * self.head_dim)  # [T, Hq * D]
-        if norm is not None:
-            return skinny_linear(out, self.o_proj.weight, Epilogue.RESIDUAL, x)
         if out.is_cuda and num_tokens <= SKINNY_MAX_ROWS and self.o_on_skinny_gemm():
             return skinny_linear(out, self.o_proj.weight)
         return self.o_proj(out)  # [T, H]

@@ -91,16 +91,6 @@ class ThinkerLM(nn.Module):
                 attn.backend = kernel_attention
         self.use_kernels = True
 
-    def use_norms_in_gemms(self, on: bool = True) -> int:
-        """On the GPU path, decode-sized steps (<= 16 rows dense, <= 4 MoE) run each layer on its residual stream,
-        its norms inside the GEMMs after them where they can be (DecoderLayer.forward_stream); off by default until
-        measured to pay on the GPU (`profile_lm.py --norms-in-gemms`). Returns how many layers take it (biased,
-        shared-expert and tensor-parallel layers never do)."""
-        layers = [layer for layer in self.layers if layer.can_stream()]
-        for layer in layers:
-            layer.norms_in_gemms = on
-        return len(layers) if on else 0
-
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """token_ids: [T] -> [T, H]."""
         return self.embed_tokens(token_ids)
@@ -139,16 +129,14 @@ class ThinkerLM(nn.Module):
         kv_caches: list[torch.Tensor], deepstack: DeepstackInput | None, capture_layer: int | None,
     ) -> LMOutput:
         """The GPU path: the residual travels beside each layer's output and is summed inside the next fused norm;
-        it is summed early only where the talker capture or a deepstack add needs the layer output itself. A layer
-        on its residual stream (DecoderLayer.forward_stream) returns the sum itself, residual None."""
+        it is summed early only where the talker capture or a deepstack add needs the layer output itself."""
         num_deepstack = len(deepstack.features) if deepstack is not None else 0
         residual: torch.Tensor | None = None
         captured = None
         for i, layer in enumerate(self.layers):
             x, residual = layer.forward_fused(x, residual, cos, sin, kv_caches[i], ctx)
             if capture_layer == i + 1 or i < num_deepstack:
-                if residual is not None:
-                    x, residual = x + residual, None
+                x, residual = x + residual, None
                 if capture_layer == i + 1:
                     captured = x
                 if i < num_deepstack:

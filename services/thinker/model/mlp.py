@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runtime.kernels.activation import silu_mul
-from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, RowNorm, skinny_linear
+from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, skinny_linear
 
 
 class DenseMLP(nn.Module):
@@ -44,11 +44,3 @@ class DenseMLP(nn.Module):
         if x.is_cuda and x.shape[0] <= SKINNY_MAX_ROWS:
             return skinny_linear(skinny_linear(x, self.gate_up_weight, Epilogue.SILU_MUL), self.down_proj.weight)
         return self.down_proj(silu_mul(F.linear(x, self.gate_up_weight)))
-
-    def forward_stream(self, x: torch.Tensor, norm: RowNorm) -> torch.Tensor:
-        """x + forward(rmsnorm(x)) for decode sizes (<= SKINNY_MAX_ROWS rows), x being the residual stream: the
-        norm inside the gate/up GEMM, the add in the down GEMM's epilogue (both skinny; references off CUDA)."""
-        if self.gate_up_weight is None:
-            self.fuse_gate_up()
-        act = skinny_linear(x, self.gate_up_weight, Epilogue.SILU_MUL, norm=norm)
-        return skinny_linear(act, self.down_proj.weight, Epilogue.RESIDUAL, x)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.kernels.fused_moe import routed_moe
+from runtime.kernels.fused_moe import fused_moe, routed_moe
 from services.thinker.model.config import ThinkerConfig
 
 
@@ -40,16 +40,13 @@ class SparseMoE(nn.Module):
         """x: [T, H] -> [T, H]."""
         return self.run_experts(x, self.route(x))
 
-    def forward_fused(self, x: torch.Tensor, logits: torch.Tensor | None = None,
-                      residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_fused(self, x: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
         """The GPU path without a host sync: routing and the expert GEMMs in runtime.kernels; x: [T, H] -> [T, H].
 
-        logits: the router logits [T, E] of x when already computed (the fused norm + router kernel); residual:
-        added to the output (the small path adds it in its last launch)."""
+        logits: the router logits [T, E] of x when already computed (the fused norm + router kernel)."""
         if logits is None:
-            logits = F.linear(x, self.gate.weight)  # what fused_moe computes before routed_moe
-        return routed_moe(x, logits, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob,
-                          residual=residual)
+            return fused_moe(x, self.gate.weight, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob)
+        return routed_moe(x, logits, self.gate_up_proj, self.down_proj, self.top_k, self.norm_topk_prob)
 
     def run_experts(self, x: torch.Tensor, routing: Routing) -> torch.Tensor:
         """Exact grouped loop: (token, expert) pairs sorted by expert, one matmul pair per expert that has tokens."""

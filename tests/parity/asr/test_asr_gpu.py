@@ -39,14 +39,10 @@ def prompts() -> list[list[int]]:
     return [chat_prompt(n, seed) + [151704] * (seed % 2) for seed, n in enumerate((4, 9, 17, 30))]
 
 
-@pytest.mark.parametrize("norms_in_gemms", [False, True])
-def test_thinker_kernel_path_matches_cpu(ckpt: Path, prompts: list[list[int]], norms_in_gemms: bool) -> None:
-    """With norms_in_gemms the 4-row decode steps run each layer's norms inside its skinny GEMMs."""
+def test_thinker_kernel_path_matches_cpu(ckpt: Path, prompts: list[list[int]]) -> None:
     ref = ThinkerLM.load(ckpt)
     gpu = ThinkerLM.load(ckpt, device="cuda", dtype=torch.bfloat16)
     assert gpu.use_kernels and gpu.lm_head.weight.data_ptr() == gpu.embed_tokens.weight.data_ptr()
-    if norms_in_gemms:
-        assert gpu.use_norms_in_gemms() == len(gpu.layers)
     want = forced_steps(ref, prompts, None, STEPS)
     got = forced_steps(gpu, prompts, want.greedy, STEPS)
     errors = [rel_err(g[i], w[i]) for g, w in zip(got.logits, want.logits) for i in range(len(prompts))]
@@ -56,10 +52,8 @@ def test_thinker_kernel_path_matches_cpu(ckpt: Path, prompts: list[list[int]], n
         assert all(a == b or gaps[i] < NEAR_TIE for i, (a, b) in enumerate(zip(g_step, w_step)))
 
 
-@pytest.mark.parametrize("norms_in_gemms", [False, True])
-def test_thinker_graph_replay_equals_eager(ckpt: Path, prompts: list[list[int]], norms_in_gemms: bool) -> None:
+def test_thinker_graph_replay_equals_eager(ckpt: Path, prompts: list[list[int]]) -> None:
     model = ThinkerLM.load(ckpt, device="cuda", dtype=torch.bfloat16)
-    model.use_norms_in_gemms(norms_in_gemms)
     engine, runner = _engine(model, GraphSettings((1, 2, 4, 8), (32, 64), 8, 512))
     with_graphs = _generate(engine, prompts, model)
     assert any(k.startswith("decode") for k in runner.graphs.replays)

@@ -50,10 +50,8 @@ def test_bf16_grouped_moe_equals_the_loop() -> None:
     assert (got - ref).abs().max().item() <= 0.02 * ref.abs().max().item()
 
 
-@pytest.mark.parametrize("norms_in_gemms", [False, True])
-def test_frame_graphs_replay_the_fast_step(demo_ckpt: Path, norms_in_gemms: bool) -> None:
-    """bf16 on the Triton kernels: captured frame graphs give the frames the same static buffers give eagerly (with
-    norms_in_gemms, the code predictor's norms inside its skinny GEMMs in both).
+def test_frame_graphs_replay_the_fast_step(demo_ckpt: Path) -> None:
+    """bf16 on the Triton kernels: captured frame graphs give the frames the same static buffers give eagerly.
 
     The prefills replay their graphs too. A capture also fails on any host sync, so passing proves the frame step
     and the prefill sync-free.
@@ -66,7 +64,7 @@ def test_frame_graphs_replay_the_fast_step(demo_ckpt: Path, norms_in_gemms: bool
     samplings = [TalkerSampling(seed=1), GREEDY, TalkerSampling(seed=3, top_k=5)]
     results = []
     for graphs in (False, True):
-        runner = TalkerRunner(model, 4, 64, fast=True, cuda_graphs=graphs, defer=graphs, norms_in_gemms=norms_in_gemms)
+        runner = TalkerRunner(model, 4, 64, fast=True, cuda_graphs=graphs, defer=graphs)
         runner.capture_graphs()
         states = [runner.start(SpeechPrompt(text_prompt([200 + i, 300]), v), 10 + i, smp, max_frames=6 + 3 * i)
                   for i, (v, smp) in enumerate(zip(("ethan", "chelsie", "aiden"), samplings))]  # fmt: skip

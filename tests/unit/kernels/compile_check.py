@@ -91,9 +91,8 @@ def compile_moe() -> None:
         w_down = torch.zeros(experts, hidden, inter, dtype=BF16)
         logits = torch.zeros(4, experts, dtype=BF16)
         for tokens, splits in ((1, None), (4, None), (4, 1)):  # down's loop split by the rule, and unsplit
-            for residual in (None, x[:tokens]):  # and with the residual added in its epilogue
-                experts_small_triton(x[:tokens], logits[:tokens], w_gate_up, w_down, top_k, True, SMALL_GATE_UP,
-                                     SMALL_DOWN, splits, residual)
+            experts_small_triton(x[:tokens], logits[:tokens], w_gate_up, w_down, top_k, True, SMALL_GATE_UP,
+                                 SMALL_DOWN, splits)
         blocked = MoeConfig(16, GemmConfig(64, 128, 4, 4), GemmConfig(64, 128, 4, 3), small_max_tokens=0)
         fused_moe_triton(x, router, w_gate_up, w_down, top_k, True, None, blocked)
 

@@ -179,21 +179,6 @@ def test_routed_moe_equals_fused_moe_given_its_logits(tokens: int) -> None:
 GROUPED = MoeConfig(16, GemmConfig(32, 128, 4, 4), GemmConfig(64, 128, 4, 3), small_max_tokens=0)
 
 
-@pytest.mark.parametrize(("tokens", "config"), [(1, None), (4, None), (4, GROUPED)],
-                         ids=["small-1", "small-4", "grouped"])
-def test_a_residual_is_added_to_the_moe_output(tokens: int, config: MoeConfig | None) -> None:
-    """In the small path's down epilogue (one rounding of fp32 sums) or after the grouped path: within rounding of
-    the output plus the residual in bf16."""
-    pytest.importorskip("triton")
-    router, w_gate_up, w_down = weights(128, 2048, 768, seed=11 + tokens)
-    x = torch.randn(tokens, 2048, device="cuda").to(BF16)
-    residual = torch.randn(tokens, 2048, device="cuda").to(BF16)
-    logits = F.linear(x, router)
-    plain = routed_moe(x, logits, w_gate_up, w_down, 8, config=config)
-    got = routed_moe(x, logits, w_gate_up, w_down, 8, config=config, residual=residual)
-    assert rel_err(got, plain.float() + residual.float()) < 4e-3
-
-
 @pytest.mark.parametrize(("tokens", "config"), [(1, None), (4, None), (4, GROUPED), (300, None)],
                          ids=["small-1", "small-4", "grouped-4", "grouped-300"])
 def test_fused_moe_has_no_host_sync_and_replays_in_a_cuda_graph(tokens: int, config: MoeConfig | None) -> None:

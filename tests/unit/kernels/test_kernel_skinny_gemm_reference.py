@@ -8,10 +8,9 @@ import torch.nn.functional as F
 
 from runtime.kernels.activation import silu_mul_reference
 from runtime.kernels.skinny_gemm import (
-    MAX_SPLIT_K, MIN_SPLIT_K, SKINNY_MAX_ROWS, Epilogue, RowNorm, SkinnyConfig, check_config, skinny_config,
-    skinny_linear, skinny_linear_reference, split_plan,
+    MAX_SPLIT_K, MIN_SPLIT_K, SKINNY_MAX_ROWS, Epilogue, SkinnyConfig, check_config, skinny_config, skinny_linear,
+    skinny_linear_reference, split_plan,
 )
-from runtime.kernels.rmsnorm_reference import rmsnorm_reference, zero_centred_rmsnorm_reference
 
 H200_SMS = 132
 # (weight rows, K, epilogue) of the decode linears: code predictor qkv, o, gate_up, down, lm head; talker qkv,
@@ -35,16 +34,6 @@ def test_reference_is_an_fp32_linear_and_its_epilogues() -> None:
                                rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(skinny_linear_reference(x, w, Epilogue.RESIDUAL, res), res + F.linear(x, w),
                                rtol=1e-6, atol=1e-6)
-
-
-def test_reference_norm_is_the_rmsnorm_then_the_linear() -> None:
-    x, w, res = operands(3, 24, 40)
-    gain = torch.linspace(0.5, 1.5, 40)
-    for norm, normed in ((RowNorm(gain, 1e-6), rmsnorm_reference(x, gain, 1e-6)),
-                         (RowNorm(gain, 1e-5, zero_centred=True), zero_centred_rmsnorm_reference(x, gain, 1e-5))):
-        torch.testing.assert_close(skinny_linear_reference(x, w, norm=norm), F.linear(normed, w), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(skinny_linear(x, w, Epilogue.RESIDUAL, res, norm=norm), res + F.linear(normed, w),
-                                   rtol=1e-5, atol=1e-5)
 
 
 def test_reference_rounds_once_into_the_input_dtype() -> None:
@@ -90,15 +79,6 @@ def test_dispatch_rejects_bad_epilogue_operands() -> None:
             skinny_linear(x, w, Epilogue.RESIDUAL, bad)
     with pytest.raises(ValueError, match="unit stride along N"):
         skinny_linear(x, w, Epilogue.RESIDUAL, res.T.contiguous().T)
-
-
-@pytest.mark.parametrize(("gain", "eps"), [(torch.ones(15), 1e-6), (torch.ones(16).half(), 1e-6),
-                                           (torch.ones(16, device="meta"), 1e-6), (torch.ones(32)[::2], 1e-6),
-                                           (torch.ones(16), 0.0)])
-def test_dispatch_rejects_a_bad_norm(gain: torch.Tensor, eps: float) -> None:
-    x, w, _ = operands(2, 12, 16)
-    with pytest.raises(ValueError, match="norm.weight must be a contiguous|norm.eps must be > 0"):
-        skinny_linear(x, w, norm=RowNorm(gain, eps))
 
 
 @pytest.mark.parametrize(("config", "match"), [

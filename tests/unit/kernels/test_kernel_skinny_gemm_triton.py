@@ -7,7 +7,6 @@ triton is imported.
 """
 from __future__ import annotations
 
-import itertools
 import sys
 from pathlib import Path
 
@@ -31,9 +30,8 @@ def test_skinny_gemm_compiles_for_sm90_without_spills() -> None:
 
 def check_interpreted(dtype: torch.dtype) -> None:
     """M of 1, 3, 8, 16 (strided rows), 40 outputs in 16-wide tiles (the last one partial), K = 72 in 32-wide steps
-    (the last partial) or 64 (even); unsplit, split 2 and 3 ways; every epilogue, without and with each RowNorm;
-    the default tiling once."""
-    from runtime.kernels.skinny_gemm import Epilogue, RowNorm, SkinnyConfig, skinny_linear_reference
+    (the last partial) or 64 (even); unsplit, split 2 and 3 ways; every epilogue; the default tiling once."""
+    from runtime.kernels.skinny_gemm import Epilogue, SkinnyConfig, skinny_linear_reference
     from runtime.kernels.skinny_gemm_triton import _COUNTERS, skinny_gemm_triton
 
     tol = 1e-5 if dtype == torch.float32 else 3e-3
@@ -46,17 +44,15 @@ def check_interpreted(dtype: torch.dtype) -> None:
             x = wide[:, 8:8 + k]  # a column slice: row stride k + 24
             w = (torch.randn(2 * n, k, generator=gen) / k**0.5).to(dtype)
             res = torch.randn(rows, n + 8, generator=gen).to(dtype)[:, 4:4 + n]
-            gain = (1.0 + 0.3 * torch.randn(k, generator=gen)).to(dtype)
             cases = [(None, w[:n], None), (Epilogue.SILU_MUL, w, None), (Epilogue.RESIDUAL, w[:n], res)]
-            norms = [None, RowNorm(gain, 1e-6), RowNorm(gain - 1.0, 1e-5, zero_centred=True)]
-            for (epilogue, weight, residual), norm in itertools.product(cases, norms):
-                want = skinny_linear_reference(x, weight, epilogue, residual, norm)
+            for epilogue, weight, residual in cases:
+                want = skinny_linear_reference(x, weight, epilogue, residual)
                 for cfg in configs:
-                    got = skinny_gemm_triton(x, weight, epilogue, residual, cfg, norm)
+                    got = skinny_gemm_triton(x, weight, epilogue, residual, cfg)
                     assert got.shape == want.shape and got.dtype == dtype
-                    assert rel_err(got, want) < tol, (dtype, rows, k, epilogue, norm, cfg, rel_err(got, want))
+                    assert rel_err(got, want) < tol, (dtype, rows, k, epilogue, cfg, rel_err(got, want))
                     if cfg.split_k > 1:  # the partials are summed in split order: the same bits every run
-                        assert torch.equal(got, skinny_gemm_triton(x, weight, epilogue, residual, cfg, norm))
+                        assert torch.equal(got, skinny_gemm_triton(x, weight, epilogue, residual, cfg))
     assert not any(bool(c.any()) for c in _COUNTERS.values()), "the last program of each tile resets its counter"
     x = torch.randn(2, 300, generator=gen).to(dtype)
     w = (torch.randn(24, 300, generator=gen) / 300**0.5).to(dtype)
@@ -77,31 +73,26 @@ def check_errors() -> None:
 
 
 def compile_for_sm90() -> None:
-    from runtime.kernels.skinny_gemm import Epilogue, RowNorm, SkinnyConfig
+    from runtime.kernels.skinny_gemm import Epilogue, SkinnyConfig
     from tests.unit.kernels.compile_check import assert_no_spills, install
 
     install()
     from runtime.kernels.skinny_gemm_triton import skinny_gemm_triton
 
     x = torch.zeros(1, 2048, dtype=BF16)
-    cases = [  # (weight rows, K, epilogue, config, norm): the default tilings of each kind, the widest swept tiles
-        (1024, 2048, None, None, False),  # split 4 ways
-        (5120, 2048, None, None, False),  # unsplit
-        (6144, 1024, Epilogue.SILU_MUL, None, False),  # split, two weight tiles a step
-        (1024, 3072, Epilogue.RESIDUAL, None, False),
-        (2048, 2048, Epilogue.SILU_MUL, SkinnyConfig(64, 256, 1, 4, 3), False),
-        (4096, 2048, None, SkinnyConfig(128, 256, 2, 8, 3), False),
-        (4096, 2048, None, None, True),  # Qwen3-ASR's q/k/v and gate/up, the code predictor's, with the norm inside
-        (12288, 2048, Epilogue.SILU_MUL, None, True),
-        (4096, 1024, None, None, True),
-        (6144, 1024, Epilogue.SILU_MUL, None, True),
+    cases = [  # (weight rows, K, epilogue, config): the default tilings of each kind, the widest swept tiles
+        (1024, 2048, None, None),  # split 4 ways
+        (5120, 2048, None, None),  # unsplit
+        (6144, 1024, Epilogue.SILU_MUL, None),  # split, two weight tiles a step
+        (1024, 3072, Epilogue.RESIDUAL, None),
+        (2048, 2048, Epilogue.SILU_MUL, SkinnyConfig(64, 256, 1, 4, 3)),
+        (4096, 2048, None, SkinnyConfig(128, 256, 2, 8, 3)),
     ]
-    for weight_rows, k, epilogue, cfg, with_norm in cases:
+    for weight_rows, k, epilogue, cfg in cases:
         out_cols = weight_rows // 2 if epilogue is Epilogue.SILU_MUL else weight_rows
         residual = torch.zeros(1, out_cols, dtype=BF16) if epilogue is Epilogue.RESIDUAL else None
-        norm = RowNorm(torch.ones(k, dtype=BF16), 1e-6) if with_norm else None
         skinny_gemm_triton(x[:, :k] if k <= 2048 else torch.zeros(1, k, dtype=BF16),
-                           torch.zeros(weight_rows, k, dtype=BF16), epilogue, residual, cfg, norm)
+                           torch.zeros(weight_rows, k, dtype=BF16), epilogue, residual, cfg)
     assert_no_spills()
 
 

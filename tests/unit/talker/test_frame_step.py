@@ -33,13 +33,12 @@ def model() -> TalkerModel:
 
 
 def speak(model: TalkerModel, fast: bool, samplings: list[TalkerSampling], max_frames: list[int],
-          text_len: list[int], max_rows: int = 4, skinny_gemms: bool = False, norms_in_gemms: bool = False,
+          text_len: list[int], max_rows: int = 4, skinny_gemms: bool = False,
           ) -> tuple[list[list[list[int]]], TalkerRunner]:  # fmt: skip
     """Rows start together, run out of text at different times and stop at their own frame limits.
 
-    `skinny_gemms`: the fast step's few-row GEMMs go to the skinny GEMM as on CUDA (its reference here);
-    `norms_in_gemms`: the code predictor's norms inside its skinny GEMMs (FrameStep's)."""
-    runner = TalkerRunner(model, max_rows, 60, fast=fast, norms_in_gemms=norms_in_gemms)
+    `skinny_gemms`: the fast step's few-row GEMMs go to the skinny GEMM as on CUDA (its reference here)."""
+    runner = TalkerRunner(model, max_rows, 60, fast=fast)
     if skinny_gemms:
         assert runner.frames is not None
         runner.frames.step.linear.enabled = True
@@ -76,15 +75,6 @@ def test_skinny_gemm_rows_keep_the_reference_frames(model: TalkerModel) -> None:
     samplings = [TalkerSampling(seed=1), GREEDY, TalkerSampling(seed=3, top_k=5, top_p=0.7)]
     ref, _ = speak(model, False, samplings, [6, 4, 5], [3, 2, 1])
     got, _ = speak(model, True, samplings, [6, 4, 5], [3, 2, 1], skinny_gemms=True)
-    assert got == ref
-
-
-def test_predictor_norms_inside_its_gemms_keep_the_reference_frames(model: TalkerModel) -> None:
-    """Three rows in a bucket of four: 8 predictor tokens at the first step, 4 after, all on the residual stream."""
-    samplings = [TalkerSampling(seed=1), GREEDY, TalkerSampling(seed=3, top_k=5, top_p=0.7)]
-    ref, _ = speak(model, False, samplings, [6, 4, 5], [3, 2, 1])
-    got, runner = speak(model, True, samplings, [6, 4, 5], [3, 2, 1], norms_in_gemms=True)
-    assert runner.frames is not None and runner.frames.step.norms_in_gemms
     assert got == ref
 
 
