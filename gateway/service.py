@@ -17,6 +17,7 @@ from gateway.media_prep import MediaPipeline, by_headers, thinker_media
 from gateway.prompt import PromptBuilder
 from gateway.reasoning import ReasoningChunk, ReasoningMarkers, ReasoningSplit
 from gateway.speech import AudioEvent, ErrorEvent, speak_along
+from gateway.timeline import end_phase
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class OmniService:
         split = ReasoningSplit(self.reasoning, prompt.token_ids) if self.reasoning else None
         async for out in stream:
             if isinstance(out, TextChunk):
+                end_phase("first_token")
                 clock.arrived(len(out.token_ids))
                 for piece in split.feed(out) if split else [out]:
                     if isinstance(piece, ReasoningChunk):
@@ -142,6 +144,7 @@ class OmniService:
             self.media.check_served(chat.media, chat.use_audio_in_video)
             await self._check_media_fits(chat)
             footprint = await by_headers(chat.media, self.media.footprint, chat.media, chat.use_audio_in_video)
+        end_phase("admit")
         try:
             return await self._decoded_prompt(chat, footprint, timeout)
         finally:
@@ -153,12 +156,15 @@ class OmniService:
     async def _decoded_prompt(self, chat: ChatInput, footprint: int, timeout: float | None) -> ThinkerPrompt:
         with self.media.budget.hold(footprint):
             decoded = await self.media.decode(chat.media, chat.use_audio_in_video)
+            end_phase("decode")
             prompt = await asyncio.to_thread(self.prompts.build, chat, decoded)  # a 1 MB text tokenizes for a second
             context_len = await self.max_model_len()
             if len(prompt.ids) >= context_len:
                 raise InvalidArgument("messages", f"the prompt is {len(prompt.ids)} tokens; the model's context is "
                                       f"{context_len} tokens and must leave room for at least one new token")
+            end_phase("prompt")
             encoded = await self.media.encode(chat.request_id, decoded, timeout) if decoded else []
+            end_phase("encode")
             spans, tensors = thinker_media(prompt.spans, decoded, encoded)
         return ThinkerPrompt(chat.request_id, prompt.ids, spans, tensors, chat.use_audio_in_video)
 

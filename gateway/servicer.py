@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -21,7 +22,10 @@ from gateway.service import ChatEventOut, OmniService, ReasoningEvent, TextEvent
 from gateway.speech import AudioEvent, ErrorEvent
 from gateway.transcribe import LanguageEvent, TranscribeEventOut, TranscribeService, TranscriptEvent
 from gateway.transcribe import transcribe_input_from_pb
+from gateway.timeline import TIMING_TRAILER, Timeline, open_timeline
 from gateway.transcribe_stream import PartialEvent, PcmBuffer, stream_settings_from_pb, transcribe_stream
+
+log = logging.getLogger(__name__)
 
 
 class OmniServicer(omni_pb2_grpc.OmniServicer):
@@ -88,9 +92,11 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
     async def _served(self, request: Any, context: grpc.aio.ServicerContext,
                       events: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Message]]
                       ) -> AsyncIterator[Message]:
-        """Key check, the in-flight limit and the request metrics around one streaming call."""
+        """Key check, the in-flight limit, the request metrics and the call's timeline (gateway/timeline.py: the
+        `omnimesh-timing` trailer of an answered call, the slow-request log) around one streaming call."""
         m = self._service.metrics
         t0 = time.monotonic()
+        timeline = open_timeline(t0)
         code = "OK"
         finish = "stop"
         m.get("omnimesh_requests_in_flight").inc()
@@ -122,6 +128,20 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
             m.get("omnimesh_finished_requests_total", finish_reason=finish if code == "OK" else "abort").inc()
             if code == "OK":  # the latency SLO is over answers; refusals in microseconds would flatter it
                 m.get("omnimesh_e2e_request_latency_seconds").observe(time.monotonic() - t0)
+            self._close_timeline(timeline, context, code)
+
+    def _close_timeline(self, timeline: Timeline, context: grpc.aio.ServicerContext, code: str) -> None:
+        """The trailer of an answered call; a warning naming every phase for a call whose first token (or, with
+        none, its end) came past gateway.slow_first_token_s, whatever its outcome."""
+        timeline.end_phase("rest")
+        trailer = timeline.trailer()
+        if code == "OK":
+            context.set_trailing_metadata(((TIMING_TRAILER, trailer),))
+        first = timeline.first_token_s()
+        waited = first if first is not None else time.monotonic() - timeline.start
+        if self._cfg.slow_first_token_s and waited >= self._cfg.slow_first_token_s:
+            log.warning("slow request (%s): %.0f ms %s; ms by phase: %s", code, waited * 1e3,
+                        "to its first token" if first is not None else "and no token", trailer)
 
     async def Info(self, request: common_pb2.InfoRequest, context: grpc.aio.ServicerContext) -> omni_pb2.OmniInfo:
         """The gateway's own description (fixed at start) with each stage's Info, asked now."""

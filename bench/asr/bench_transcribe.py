@@ -207,6 +207,8 @@ class Bench:
                      c, level.get("requests_per_s") or 0, level.get("output_tok_s") or 0,
                      level.get("latency_ms_p50") or 0, level.get("latency_ms_p99") or 0,
                      level.get("ttft_ms_p50") or 0, level.get("tokens_per_request"))
+            log.info("c=%d: the gateway's ms by phase, p50 / p99: %s", c, ", ".join(
+                f"{name} {v['p50']:.1f} / {v['p99']:.1f}" for name, v in level.get("gateway_timing_ms", {}).items()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,6 +36,11 @@ for lv in d["levels"]:
           f" audio forward {r(au.get('encode_ms_mean'))} ms x {r(au.get('items_per_encode'))} clips,"
           f" gateway ttft {r(gw.get('ttft_ms_mean'))} ms, gateway edges ms a request"
           f" {ms} ")
+    phases = lv.get("gateway_timing_ms", {})
+    print("         gateway ms by phase p50/p99", {k: (r(v["p50"]), r(v["p99"])) for k, v in phases.items()})
+    slow = sorted((x for x in lv.get("raw", []) if x.get("gateway_timing_ms")), key=lambda x: -(x["ttft_ms"] or 0))
+    for x in slow[:3]:  # the slowest first tokens, phase by phase
+        print(f"         ttft {r(x['ttft_ms'])} ms:", {k: r(v) for k, v in x["gateway_timing_ms"].items()})
 print("summary", json.dumps(d["summary"]))
 if "error" in d:
     print("error", d["error"][-1500:])

@@ -15,6 +15,7 @@ from runtime.tensor_codec import TensorAssembler
 from runtime.tensor_wire import (TensorChunk, chunk_or_message, keep_serialized, method_path, payload_bytes,
                                  serialized_chunks)
 from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
+from gateway.timeline import stage_timings
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ async def _stream(call: grpc.aio.StreamStreamCall, stage: str, meter: _EdgeMeter
                 done = add_stage_chunk(assembler, msg, stage)
             else:
                 received += msg.ByteSize()
+                if msg.WhichOneof("msg") == "finished":
+                    stage_timings(stage, msg.finished.timings.queue_seconds, msg.finished.timings.compute_seconds)
                 done = add_stage_chunk(assembler, msg.embeddings, stage) if msg.WhichOneof("msg") == "embeddings" \
                     else None
             if done is not None:

@@ -19,6 +19,7 @@ from runtime.tensor_wire import keep_serialized, method_path, serialized_chunks
 from gateway.clients.errors import add_stage_chunk, check_stage_done, stage_error, stage_info
 from gateway.routing.replica import ThinkerReplica
 from gateway.routing.router import ThinkerRouter
+from gateway.timeline import stage_timings
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ class ThinkerClient:
                         yield Conditioning(done[1])
                 else:
                     check_stage_done(assembler, "thinker")
+                    timings = msg.finished.timings
+                    stage_timings("thinker", timings.queue_seconds, timings.compute_seconds)
                     yield ThinkerDone(msg.finished.finish_reason, msg.finished.usage)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNAVAILABLE:

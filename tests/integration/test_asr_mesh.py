@@ -3,6 +3,7 @@
 the HTTP front's /v1/audio/transcriptions (the openai package as client) answers through Transcribe."""
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -122,6 +123,30 @@ def test_transcribe_errors_name_the_field(addr: str, wav: Path, tmp_path: Path) 
     not_audio.write_bytes(b"not audio at all")
     code, events = transcribe_json(addr, str(not_audio))
     assert code == 1 and events[-1]["code"] == "INVALID_ARGUMENT"
+
+
+def test_transcribe_trailer_says_where_the_time_went(addr: str, wav: Path) -> None:
+    """The gateway's `omnimesh-timing` trailer (gateway/timeline.py): every phase in order, then the audio and thinker
+    stages' own queue and compute times from their final messages, then the total the phases add up to."""
+    import grpc
+
+    from gateway.timeline import PHASES, TIMING_TRAILER, parse_trailer
+    from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
+
+    async def call() -> dict[str, float]:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            request = omni_pb2.TranscribeRequest(
+                audio=omni_pb2.Media(data=wav.read_bytes(), mime_type="audio/wav"), language="en",
+                sampling=common_pb2.SamplingParams(max_tokens=4, ignore_eos=True))
+            stream = omni_pb2_grpc.OmniStub(channel).Transcribe(request, timeout=60)
+            [_ async for _ in stream]
+            return parse_trailer(dict(await stream.trailing_metadata())[TIMING_TRAILER])
+
+    timing = asyncio.run(call())
+    stages = [f"{s}.{t}" for s in ("audio", "thinker") for t in ("queue", "compute")]
+    assert list(timing) == [*PHASES, *stages, "total"] and all(v >= 0 for v in timing.values())
+    assert sum(timing[p] for p in PHASES) == pytest.approx(timing["total"], abs=1.0)
+    assert timing["thinker.compute"] <= timing["first_token"] + timing["rest"]
 
 
 def test_short_clip_is_padded_as_transformers_pads_it(addr: str, asr_ckpt: Path, hf_asr, tmp_path: Path) -> None:
