@@ -8,8 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.thinker.gateway_loop import closed_loop
-from bench.thinker.workload import RequestRecord, percentile, summarize
-from gateway.timeline import TIMING_TRAILER, parse_trailer
+from bench.thinker.workload import RequestRecord, percentile, read_timing, summarize
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 
 # Forced, so the prompt ends in `language English<asr_text>` and every generated token is transcript, streamed as a
@@ -26,12 +25,11 @@ def transcribe_request(wav: bytes, max_tokens: int, index: int) -> omni_pb2.Tran
 
 
 class TranscribeCall:
-    """Runs one Transcribe stream into its record; keeps each request's Usage (prompt and completion tokens) and the
-    gateway's account of where its time went (the `omnimesh-timing` trailer, ms by phase and stage)."""
+    """Runs one Transcribe stream into its record (with the gateway's timing of it); keeps each request's Usage
+    (prompt and completion tokens)."""
 
     def __init__(self) -> None:
         self.usage: dict[int, tuple[int, int]] = {}  # index -> (prompt_tokens, completion_tokens)
-        self.timing: dict[int, dict[str, float]] = {}  # index -> ms by phase
 
     async def __call__(self, stub: omni_pb2_grpc.OmniStub, request: omni_pb2.TranscribeRequest,
                        rec: RequestRecord) -> None:
@@ -45,17 +43,14 @@ class TranscribeCall:
             elif kind == "error":
                 raise RuntimeError(f"request {rec.index}: {ev.error.code} {ev.error.message}")
         rec.end = time.perf_counter()
-        trailer = dict(await call.trailing_metadata() or ()).get(TIMING_TRAILER)
-        if trailer:
-            self.timing[rec.index] = parse_trailer(trailer)
+        await read_timing(call, rec)
 
 
-def level_summary(records: list[RequestRecord], usage: dict[int, tuple[int, int]], concurrency: int,
-                  timing: dict[int, dict[str, float]] | None = None) -> dict[str, Any]:
-    """summarize()'s output tok/s, TTFT (here: request start -> first text event) and TPOT, plus requests/s over
-    the measured window, end-to-end latency percentiles, every measured request's raw record with the gateway's
-    timing, and that timing's p50 / p99 by phase (`gateway_timing_ms`)."""
-    timing = timing or {}
+def level_summary(records: list[RequestRecord], usage: dict[int, tuple[int, int]], concurrency: int
+                  ) -> dict[str, Any]:
+    """summarize()'s output tok/s, TTFT (here: request start -> first text event), TPOT and the gateway's timing
+    by phase, plus requests/s over the measured window, end-to-end latency percentiles and every measured request's
+    raw record."""
     out = summarize(records, concurrency)
     measured = sorted((r for r in records if r.measured and r.end is not None), key=lambda r: r.index)
     if not measured:
@@ -73,17 +68,9 @@ def level_summary(records: list[RequestRecord], usage: dict[int, tuple[int, int]
               "latency_ms": (r.end - r.start) * 1e3, "text_tokens": r.tokens, "text_events": len(r.token_times),
               "prompt_tokens": usage.get(r.index, (None, None))[0],
               "completion_tokens": usage.get(r.index, (None, None))[1],
-              "gateway_timing_ms": timing.get(r.index)} for r in measured],
-        gateway_timing_ms=timing_percentiles([timing[r.index] for r in measured if r.index in timing]),
+              "gateway_timing_ms": r.timing} for r in measured],
     )
     return out
-
-
-def timing_percentiles(timings: list[dict[str, float]]) -> dict[str, dict[str, float]]:
-    """p50 and p99 of each phase's ms over the requests that report it, in the order the first report lists them."""
-    names = list(dict.fromkeys(name for t in timings for name in t))
-    return {name: {"p50": percentile(vals, 50), "p99": percentile(vals, 99)}
-            for name in names if (vals := [t[name] for t in timings if name in t])}
 
 
 def _ms(t: float | None, start: float) -> float | None:
@@ -95,7 +82,7 @@ def run_level(address: str, make_request: Callable[[int], omni_pb2.TranscribeReq
     """One closed-loop level; `next_index` is where the next level's (distinct) clips start."""
     call = TranscribeCall()
     records = asyncio.run(closed_loop(address, make_request, concurrency, warmup, measured, first_index, call=call))
-    out = level_summary(records, call.usage, concurrency, call.timing)
+    out = level_summary(records, call.usage, concurrency)
     out.update(warmup_requests=warmup, next_index=first_index + len(records),
                started_requests=len(records))
     return out

@@ -40,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from bench.thinker.bench_thinker import free_cuda, provenance_of  # noqa: E402
 from bench.thinker.gateway_loop import Mesh  # noqa: E402
 from bench.thinker.stage_counters import phase_summary  # noqa: E402
-from bench.thinker.workload import PromptMaker, RequestRecord, percentile, summarize  # noqa: E402
+from bench.thinker.workload import PromptMaker, RequestRecord, percentile, read_timing, summarize  # noqa: E402
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 from runtime.server import READY_PREFIX  # noqa: E402
@@ -190,14 +190,16 @@ class Workload:
                 tokens = rng.randint(max(1, a.output_tokens // 2), max(1, a.output_tokens * 3 // 2))
                 sampling = common_pb2.SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
                 answer = []
-                async for ev in stub.Chat(omni_pb2.ChatRequest(messages=history, sampling=sampling,
-                                                               output_modalities=[omni_pb2.MODALITY_TEXT])):
+                call = stub.Chat(omni_pb2.ChatRequest(messages=history, sampling=sampling,
+                                                      output_modalities=[omni_pb2.MODALITY_TEXT]))
+                async for ev in call:
                     if ev.HasField("text"):
                         rec.add(time.perf_counter(), len(ev.text.token_ids))
                         answer.append(ev.text.text)
                     elif ev.HasField("error"):
                         raise RuntimeError(f"stream {stream}: {ev.error.code} {ev.error.message}")
                 rec.end = time.perf_counter()
+                await read_timing(call, rec)
                 # random weights may answer with tokens that decode to nothing; an empty message is refused
                 reply = "".join(answer) or "..."
                 history.append(omni_pb2.Message(role="assistant", content=[omni_pb2.ContentPart(text=reply)]))

@@ -16,7 +16,7 @@ import grpc
 import yaml
 
 from bench.thinker.stage_counters import StageReading, read_stage
-from bench.thinker.workload import RequestRecord, summarize
+from bench.thinker.workload import RequestRecord, read_timing, summarize
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 
 MESH_PREFIX = "OMNIMESH_MESH "
@@ -88,12 +88,14 @@ def chat_request(text: str, max_tokens: int, seed: int | None = None) -> omni_pb
 
 
 async def _one(stub: omni_pb2_grpc.OmniStub, request: omni_pb2.ChatRequest, rec: RequestRecord) -> None:
-    async for ev in stub.Chat(request):
+    call = stub.Chat(request)
+    async for ev in call:
         if ev.HasField("text"):
             rec.add(time.perf_counter(), len(ev.text.token_ids))
         elif ev.HasField("error"):
             raise RuntimeError(f"request {rec.index}: {ev.error.code} {ev.error.message}")
     rec.end = time.perf_counter()
+    await read_timing(call, rec)
 
 
 async def closed_loop(address: str, make_request: Callable[[int], Any], concurrency: int,

@@ -9,6 +9,7 @@ from typing import Any
 from runtime.chat_template import ChatMessage, TextPart, build_prompt_ids
 from runtime.tokenizer import Tokenizer
 from runtime.chat_template import load_chat_template
+from gateway.timeline import TIMING_TRAILER, parse_trailer
 
 # Words that are one token each with a leading space in the Qwen BPE, so a prompt's length is exact.
 WORDS = ("apple", "river", "stone", "music", "light", "paper", "green", "house", "water", "cloud", "table", "night",
@@ -96,6 +97,7 @@ class RequestRecord:
     end: float | None = None
     tokens: int = 0
     token_times: list[tuple[float, int]] = field(default_factory=list)  # (arrival, tokens in that event)
+    timing: dict[str, float] | None = None  # the gateway's ms by phase and stage (gateway/timeline.py)
 
     def add(self, now: float, count: int) -> None:
         if count <= 0:
@@ -104,6 +106,21 @@ class RequestRecord:
             self.first = now
         self.tokens += count
         self.token_times.append((now, count))
+
+
+async def read_timing(call: Any, rec: RequestRecord) -> None:
+    """The `omnimesh-timing` trailer of a finished gateway call into its record."""
+    trailer = dict(await call.trailing_metadata() or ()).get(TIMING_TRAILER)
+    if trailer:
+        rec.timing = parse_trailer(trailer)
+
+
+def timing_percentiles(records: list[RequestRecord]) -> dict[str, dict[str, float | None]]:
+    """p50 and p99 of each phase's ms over the records that carry it, in the order the first one lists them."""
+    timings = [r.timing for r in records if r.timing]
+    names = list(dict.fromkeys(name for t in timings for name in t))
+    return {name: {"p50": percentile(vals, 50), "p99": percentile(vals, 99)}
+            for name in names if (vals := [t[name] for t in timings if name in t])}
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -119,7 +136,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def summarize(records: list[RequestRecord], concurrency: int) -> dict[str, Any]:
     """Output tok/s over the measured window (first measured start -> last measured end, every token that arrived
-    in it, warm-up tails and load-keeping extras included), TTFT and TPOT from the measured requests only."""
+    in it, warm-up tails and load-keeping extras included), TTFT and TPOT from the measured requests only, and the
+    gateway's timing of them by phase where it sent one."""
     measured = [r for r in records if r.measured and r.end is not None]
     if not measured:
         return {"concurrency": concurrency, "requests": 0}
@@ -138,8 +156,10 @@ def summarize(records: list[RequestRecord], concurrency: int) -> dict[str, Any]:
         "ttft_ms_p50": _scale(percentile(ttft, 50), ms), "ttft_ms_p99": _scale(percentile(ttft, 99), ms),
         "tpot_ms_p50": _scale(percentile(tpot, 50), ms), "tpot_ms_p99": _scale(percentile(tpot, 99), ms),
         "tokens_per_request": sorted({r.tokens for r in measured}),
+        "gateway_timing_ms": timing_percentiles(measured),
         "raw": [{"ttft_ms": _scale(r.first - r.start, ms) if r.first else None,
-                 "e2e_ms": (r.end - r.start) * ms, "tokens": r.tokens} for r in measured],
+                 "e2e_ms": (r.end - r.start) * ms, "tokens": r.tokens, "gateway_timing_ms": r.timing}
+                for r in measured],
     }
 
 

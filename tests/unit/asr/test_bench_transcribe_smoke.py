@@ -34,6 +34,10 @@ def test_tiny_run_writes_every_level_with_the_requested_tokens(tmp_path: Path) -
             assert r["text_tokens"] == r["completion_tokens"] == TOKENS, r
             assert 0 < r["ttft_ms"] <= r["latency_ms"]
             assert r["prompt_tokens"] > 52  # 4 s of audio is 52 audio tokens, the template around them
+            # the gateway's timing: its phases to the first token within the client's first text event
+            assert r["gateway_timing_ms"]["first_token"] > 0 and r["gateway_timing_ms"]["audio.compute"] > 0
+            assert r["gateway_timing_ms"]["total"] <= r["latency_ms"]
+        assert lv["gateway_timing_ms"]["encode"]["p50"] <= lv["gateway_timing_ms"]["encode"]["p99"]
     indices = [r["index"] for lv in d["levels"] for r in lv["raw"]]
     assert len(set(indices)) == len(indices)  # each request its own clip
     s = d["summary"]

@@ -32,6 +32,8 @@ def test_tiny_bench_through_the_cli(tmp_path: Path) -> None:
         for lv in levels:
             assert lv["requests"] == 2 and lv["output_tok_s"] > 0 and lv["ttft_ms_p50"] > 0
             assert all(r["tokens"] == 5 for r in lv["raw"])  # EOS ignored: every request runs to its length
+            timed = {name for r in lv["raw"] if r["gateway_timing_ms"] for name in r["gateway_timing_ms"]}
+            assert ("first_token" in timed and "thinker.queue" in timed) == (mode == "gateway"), timed
         assert result[mode]["long_prompt"]["requests"] == 1
     assert result["errors"] == {} and result["engine"]["levels"][0]["decode_steps"]["steps"] > 0
     assert [r["batch"] for r in result["transformers"]["runs"]] == [1]
