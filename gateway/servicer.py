@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from omnimesh.timing import TIMING_TRAILER
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 from runtime.config import GatewayConfig
 from runtime.errors import OmniError, ResourceExhausted
@@ -22,7 +23,7 @@ from gateway.service import ChatEventOut, OmniService, ReasoningEvent, TextEvent
 from gateway.speech import AudioEvent, ErrorEvent
 from gateway.transcribe import LanguageEvent, TranscribeEventOut, TranscribeService, TranscriptEvent
 from gateway.transcribe import transcribe_input_from_pb
-from gateway.timeline import TIMING_TRAILER, Timeline, open_timeline
+from gateway.timeline import current_timeline, open_timeline
 from gateway.transcribe_stream import PartialEvent, PcmBuffer, stream_settings_from_pb, transcribe_stream
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
         `omnimesh-timing` trailer of an answered call, the slow-request log) around one streaming call."""
         m = self._service.metrics
         t0 = time.monotonic()
-        timeline = open_timeline(t0)
+        open_timeline(t0)
         code = "OK"
         finish = "stop"
         m.get("omnimesh_requests_in_flight").inc()
@@ -128,11 +129,13 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
             m.get("omnimesh_finished_requests_total", finish_reason=finish if code == "OK" else "abort").inc()
             if code == "OK":  # the latency SLO is over answers; refusals in microseconds would flatter it
                 m.get("omnimesh_e2e_request_latency_seconds").observe(time.monotonic() - t0)
-            self._close_timeline(timeline, context, code)
+            self._close_timeline(context, code)
 
-    def _close_timeline(self, timeline: Timeline, context: grpc.aio.ServicerContext, code: str) -> None:
+    def _close_timeline(self, context: grpc.aio.ServicerContext, code: str) -> None:
         """The trailer of an answered call; a warning naming every phase for a call whose first token (or, with
         none, its end) came past gateway.slow_first_token_s, whatever its outcome."""
+        timeline = current_timeline()
+        assert timeline is not None  # _served opened it in this call's context
         timeline.end_phase("rest")
         trailer = timeline.trailer()
         if code == "OK":

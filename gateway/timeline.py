@@ -4,19 +4,21 @@ decoding, the prompt, the encoders, the thinker's first token, the rest) and the
 seconds from their final messages.
 
 The servicer opens one timeline per call in a context variable and the code along the request's path ends the phases
-it finishes, so no signature carries it. A phase ended twice (a long clip's windows, a stream's partial transcripts)
-keeps its first end, and a stage's first report is kept: the record describes the way to the first answer.
+it finishes, so no signature carries it. A phase ended twice (a long clip's windows) keeps its first end, and a
+stage's first report is kept: the record describes the way to the first answer. A streamed transcription opens a new
+one when its audio ends, so its record is the final transcript's, timed from there.
 
-The trailer has the Server-Timing syntax (`name;dur=<ms>`, comma-separated), a `total` last."""
+The trailer's syntax and names: omnimesh/timing.py (the client's side)."""
 from __future__ import annotations
 
 import time
 from contextvars import ContextVar
 
-TIMING_TRAILER = "omnimesh-timing"
+from omnimesh.timing import format_timing
 
 # In the order a request meets them; `first_token` ends at the thinker's first tokens reaching the gateway (held back
-# or not), `rest` at the call's last event.
+# or not), `rest` at the call's last event. A spoken answer also ends `first_audio` (its first audio from the
+# talker), after `first_token` as a rule.
 PHASES = ("admit", "decode", "prompt", "encode", "first_token", "rest")
 
 _current: ContextVar[Timeline | None] = ContextVar("omnimesh_timeline", default=None)
@@ -49,23 +51,17 @@ class Timeline:
 
     def trailer(self) -> str:
         items = [*self.phases().items(), *self.stages.items(), ("total", time.monotonic() - self.start)]
-        return ", ".join(f"{name};dur={seconds * 1e3:.2f}" for name, seconds in items)
+        return format_timing((name, seconds * 1e3) for name, seconds in items)
 
 
-def parse_trailer(value: str) -> dict[str, float]:
-    """`Timeline.trailer()` back into milliseconds by name."""
-    out: dict[str, float] = {}
-    for item in value.split(","):
-        name, _, dur = item.strip().partition(";dur=")
-        out[name] = float(dur)
-    return out
+def open_timeline(start: float | None = None) -> None:
+    """A new timeline for the call running in this context (each gRPC call runs in its own task), in place of any
+    it had."""
+    _current.set(Timeline(start))
 
 
-def open_timeline(start: float | None = None) -> Timeline:
-    """A new timeline for the call running in this context (each gRPC call runs in its own task)."""
-    timeline = Timeline(start)
-    _current.set(timeline)
-    return timeline
+def current_timeline() -> Timeline | None:
+    return _current.get()
 
 
 def end_phase(name: str) -> None:

@@ -19,6 +19,7 @@ from omnimesh.v1 import omni_pb2
 from runtime.config import SamplingDefaults
 from runtime.errors import InvalidArgument
 from gateway.media.wav import wav_file
+from gateway.timeline import open_timeline
 from gateway.transcribe import TranscribeEventOut, TranscribeInput, TranscribeService, TranscriptEvent
 from gateway.transcribe import transcribe_input_from_pb, with_audio
 from gateway.transcribe_windows import WindowCache
@@ -139,6 +140,8 @@ async def transcribe_stream(transcriber: TranscribeService, settings: StreamSett
             raise InvalidArgument("pcm16", "no audio arrived; send the PCM in the chunks")
         whole = with_audio(settings.job.chat, settings.job.chat.request_id, pcm16_wav(bytes(audio.pcm),
                                                                                       audio.sample_rate))
+        # the call's timing is the final transcript's, from the end of the audio: the wait a live speaker sees
+        open_timeline()
         async for ev in transcriber.transcribe(replace(settings.job, chat=whole), remaining()):
             yield ev
     finally:

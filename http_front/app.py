@@ -22,6 +22,7 @@ from http_front.disconnect import CLIENT_CLOSED_REQUEST, ClientGone, unless_clie
 from http_front.errors import RequestError, error_body, grpc_error_response, request_error_response
 from http_front.gateway import api_key, client, model_name, served_model_name
 from http_front.schemas import ChatCompletionRequest
+from http_front.server_timing import server_timing
 from http_front.sse import collect
 
 
@@ -75,7 +76,7 @@ def create_app(gateway_addr: str, model_id: str = "", timeout_s: float | None = 
         headers = {"x-request-id": request_id}
         if not body.stream:
             reply = await unless_client_leaves(request, collect(Reply(), events))
-            return JSONResponse(completion_json(c, reply), headers=headers)
+            return JSONResponse(completion_json(c, reply), headers=headers | server_timing(reply.timing))
         # a request the gateway refuses is an HTTP error, not a failing stream
         first = await unless_client_leaves(request, anext(events, None))
         return StreamingResponse(sse_stream(c, first, events), media_type="text/event-stream", headers=headers)

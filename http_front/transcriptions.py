@@ -4,17 +4,18 @@ or plain text, or with `stream=true` `transcript.text.delta` events and one `tra
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from fastapi import APIRouter, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from omnimesh import Audio, Message, OmnimeshError, Sampling, TextDelta, Transcript, Usage
+from omnimesh import Audio, Done, Message, OmnimeshError, Sampling, TextDelta, Transcript, Usage
 from http_front.audio import io_token_usage
 from http_front.disconnect import unless_client_leaves
 from http_front.errors import RequestError, grpc_error_body
 from http_front.gateway import api_key, client, mesh_info
+from http_front.server_timing import server_timing
 from http_front.sse import collect, prepend, sse
 
 router = APIRouter()
@@ -45,9 +46,10 @@ async def transcriptions(request: Request, file: UploadFile, model: str = Form("
     if stream:
         return StreamingResponse(_transcript_events(first, events), media_type="text/event-stream")
     result = await unless_client_leaves(request, collect(Result(), prepend(first, events)))
+    headers = server_timing(result.timing)
     if response_format == "text":
-        return PlainTextResponse(result.text)
-    return JSONResponse({"text": result.text, "usage": result.usage})
+        return PlainTextResponse(result.text, headers=headers)
+    return JSONResponse({"text": result.text, "usage": result.usage}, headers=headers)
 
 
 def chat_instruction(language: str, prompt: str) -> str:
@@ -64,6 +66,7 @@ class Result:
         self.deltas: list[str] = []
         self.transcript: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.timing: Mapping[str, float] = {}
 
     def add(self, event: object) -> str:
         """The event's new text, if it has any."""
@@ -74,6 +77,8 @@ class Result:
             self.transcript = event.text
         elif isinstance(event, Usage):
             self.usage = {"type": "tokens", **io_token_usage(event)}
+        elif isinstance(event, Done):
+            self.timing = event.timing
         return ""
 
     @property

@@ -29,7 +29,8 @@ def event_json(event: object) -> dict:
         return {"type": "usage", "prompt_tokens": event.prompt_tokens, "completion_tokens": event.completion_tokens,
                 "cached_prompt_tokens": event.cached_prompt_tokens, "audio_seconds": event.audio_seconds}
     if isinstance(event, Done):
-        return {"type": "done", "finish_reason": event.finish_reason}
+        timing = {"timing": dict(event.timing)} if event.timing else {}  # ms by phase (omnimesh/timing.py)
+        return {"type": "done", "finish_reason": event.finish_reason, **timing}
     if isinstance(event, Language):
         return {"type": "language", "language": event.language}
     if isinstance(event, Transcript):

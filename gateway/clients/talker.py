@@ -13,6 +13,7 @@ from omnimesh.v1 import common_pb2, talker_pb2, talker_pb2_grpc, thinker_pb2
 from runtime.metrics import Metrics
 from runtime.tensor_codec import encode_tensor
 from gateway.clients.errors import stage_error, stage_info
+from gateway.timeline import end_phase, stage_timings
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,11 @@ class TalkerClient:
             async for msg in call:
                 received += msg.ByteSize()
                 if msg.WhichOneof("msg") == "audio":
+                    end_phase("first_audio")
                     yield msg.audio
                 else:
                     f = msg.finished
+                    stage_timings("talker", f.timings.queue_seconds, f.timings.compute_seconds)
                     yield SpeechDone(f.num_frames, f.audio_seconds, f.finish_reason)
                     # `finished` is the answer's end. Waiting for the call's status instead would let a race
                     # turn it INTERNAL: if the talker finished before the thinker, this side may still be

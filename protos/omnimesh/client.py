@@ -31,8 +31,9 @@ from typing import Any, TypeVar
 import grpc
 
 from omnimesh.errors import from_rpc_error
-from omnimesh.events import Event, Reply, event_from_pb
+from omnimesh.events import Done, Event, Reply, event_from_pb
 from omnimesh.messages import Audio, ChatOptions, MessagesLike, Sampling, chat_request
+from omnimesh.timing import trailer_timing
 from omnimesh.transcripts import (TranscriptEvent, TranscriptReply, pcm_chunks, pcm_chunks_async, stream_config,
                                   transcribe_request, transcript_event_from_pb)
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
@@ -68,10 +69,17 @@ class MeshInfo:
 
 
 def _read(call: Any, convert: Callable[[Any], T]) -> Iterator[T]:
-    """A server stream's messages, converted; a failed call raises its OmnimeshError; leaving early cancels it."""
+    """A server stream's messages, converted; a failed call raises its OmnimeshError; leaving early cancels it.
+    Done, the last message, is held until the call ends, to carry the timing its trailer brings."""
     try:
+        done = None
         for ev in call:
-            yield convert(ev)
+            if isinstance(out := convert(ev), Done):
+                done = out
+            else:
+                yield out
+        if done is not None:
+            yield replace(done, timing=trailer_timing(call.trailing_metadata()))
     except grpc.RpcError as err:
         raise from_rpc_error(err) from None
     finally:
@@ -81,8 +89,14 @@ def _read(call: Any, convert: Callable[[Any], T]) -> Iterator[T]:
 async def _read_async(call: Any, convert: Callable[[Any], T]) -> AsyncIterator[T]:
     """_read for a grpc.aio call."""
     try:
+        done = None
         async for ev in call:
-            yield convert(ev)
+            if isinstance(out := convert(ev), Done):
+                done = out
+            else:
+                yield out
+        if done is not None:
+            yield replace(done, timing=trailer_timing(await call.trailing_metadata()))
     except grpc.aio.AioRpcError as err:
         raise from_rpc_error(err) from None
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import wave
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,6 +97,9 @@ class AudioFailed:
 @dataclass(frozen=True)
 class Done:
     finish_reason: str  # "stop" (end of turn, stop token or string) or "length" (max_tokens or the context)
+    # where the call's time went, ms by phase and stage, from the gateway's trailer (omnimesh/timing.py); empty when
+    # it sent none
+    timing: Mapping[str, float] = field(default_factory=dict)
 
 
 Event = TextDelta | ReasoningDelta | AudioDelta | Usage | AudioFailed | Done
@@ -154,6 +158,7 @@ class Reply:
     usage: Usage | None = None
     finish_reason: str = ""
     audio_failed: AudioFailed | None = None
+    timing: Mapping[str, float] = field(default_factory=dict)  # Done.timing
 
     def add(self, event: Event) -> None:
         if isinstance(event, (TextDelta, ReasoningDelta)):
@@ -171,7 +176,7 @@ class Reply:
         elif isinstance(event, AudioFailed):
             self.audio_failed = event
         else:
-            self.finish_reason = event.finish_reason
+            self.finish_reason, self.timing = event.finish_reason, event.timing
 
     @property
     def audio(self) -> np.ndarray:

@@ -2,7 +2,7 @@
 end (Qwen3-ASR deployments)."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,7 @@ class TranscriptReply:
     usage: Usage | None = None
     finish_reason: str = ""
     partials: list[Partial] = field(default_factory=list)
+    timing: Mapping[str, float] = field(default_factory=dict)  # Done.timing
 
     def add(self, event: TranscriptEvent) -> None:
         if isinstance(event, Partial):
@@ -61,7 +62,7 @@ class TranscriptReply:
         elif isinstance(event, Usage):
             self.usage = event
         elif isinstance(event, Done):
-            self.finish_reason = event.finish_reason
+            self.finish_reason, self.timing = event.finish_reason, event.timing
 
 
 def transcribe_request(audio: Audio | bytes | str | Path, language: str, context: str, sampling: Sampling,

@@ -130,7 +130,8 @@ def test_transcribe_trailer_says_where_the_time_went(addr: str, wav: Path) -> No
     stages' own queue and compute times from their final messages, then the total the phases add up to."""
     import grpc
 
-    from gateway.timeline import PHASES, TIMING_TRAILER, parse_trailer
+    from gateway.timeline import PHASES
+    from omnimesh.timing import trailer_timing
     from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 
     async def call() -> dict[str, float]:
@@ -140,7 +141,7 @@ def test_transcribe_trailer_says_where_the_time_went(addr: str, wav: Path) -> No
                 sampling=common_pb2.SamplingParams(max_tokens=4, ignore_eos=True))
             stream = omni_pb2_grpc.OmniStub(channel).Transcribe(request, timeout=60)
             [_ async for _ in stream]
-            return parse_trailer(dict(await stream.trailing_metadata())[TIMING_TRAILER])
+            return trailer_timing(await stream.trailing_metadata())
 
     timing = asyncio.run(call())
     stages = [f"{s}.{t}" for s in ("audio", "thinker") for t in ("queue", "compute")]
@@ -175,6 +176,7 @@ def test_python_client_transcribes(addr: str, wav: Path) -> None:
         assert client.info().model_family == "qwen3-asr" and client.info().transcribes
         reply = client.transcribe(wav, language="English", max_tokens=4)
         assert reply.language == "English" and len(reply.token_ids) == 4 and reply.finish_reason == "length"
+        assert reply.timing["first_token"] > 0 and reply.timing["total"] >= reply.timing["first_token"]
         try:
             client.transcribe(wav, language="xx")
         except omnimesh.InvalidArgument as err:
@@ -204,9 +206,13 @@ def test_http_transcription_is_the_transcribe_call(asr_api: openai.OpenAI, addr:
                                                 extra_body={"max_tokens": MAX_NEW})
     assert whole.text == ours.text  # a chat turn asking for the transcript would have another prompt and answer
     assert whole.usage.input_tokens == ours.usage.prompt_tokens and whole.usage.output_tokens == MAX_NEW
-    text = asr_api.audio.transcriptions.create(model="any", file=file, language="en", response_format="text",
-                                               extra_body={"max_tokens": MAX_NEW})
-    assert text.strip() == ours.text
+    raw = asr_api.audio.transcriptions.with_raw_response.create(model="any", file=file, language="en",
+                                                                response_format="text",
+                                                                extra_body={"max_tokens": MAX_NEW})
+    assert raw.parse().strip() == ours.text
+    from omnimesh.timing import parse_timing  # the gateway's timing as the answer's Server-Timing header
+
+    assert list(parse_timing(raw.headers["server-timing"]))[-1] == "total"
 
 
 def test_http_transcription_streams_deltas_then_the_whole_text(asr_api: openai.OpenAI, wav: Path) -> None:
@@ -394,6 +400,9 @@ def test_transcribe_partial_every_streams_the_file_as_a_recording(addr: str, wav
     partials = [e for e in events if e["type"] == "partial"]
     for e in whole + events:
         e.pop("cached_prompt_tokens", None)  # a run after another of the same audio reads its cached KV
+    # the stream's timing is its final transcript's, timed from the end of its audio (gateway/timeline.py)
+    assert list(events[-1].pop("timing"))[:5] == ["admit", "decode", "prompt", "encode", "first_token"]
+    whole[-1].pop("timing")
     # the same events, text deltas aside: how tokens batch into deltas follows the engine's timing (token_flush_ms)
     assert partials and events[:len(partials)] == partials and merged_text(events[len(partials):]) == merged_text(whole)
     not_audio = tmp_path / "x.wav"

@@ -71,7 +71,11 @@ def test_speak_writes_a_valid_24khz_wav(speech_mesh: Proc, tmp_path: Path) -> No
     with wave.open(str(out)) as w:  # each event carries its samples: together they are the file's
         assert b"".join(base64.b64decode(a["pcm16_base64"]) for a in audio) == w.readframes(w.getnframes())
     assert events[-2]["type"] == "usage" and abs(events[-2]["audio_seconds"] - seconds) < 1e-3
-    assert events[-1] == {"type": "done", "finish_reason": events[-1]["finish_reason"]}
+    assert events[-1]["type"] == "done" and events[-1]["finish_reason"] in ("stop", "length")
+    # the gateway's timing (omnimesh/timing.py): a spoken answer's first audio, and the talker's own times
+    timing = events[-1]["timing"]
+    assert list(timing)[:7] == ["admit", "decode", "prompt", "encode", "first_token", "first_audio", "rest"], timing
+    assert {"thinker.queue", "talker.queue", "talker.compute", "total"} <= set(timing)
 
 
 def test_first_audio_arrives_before_the_text_is_finished(speech_mesh: Proc) -> None:

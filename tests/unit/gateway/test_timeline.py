@@ -20,7 +20,8 @@ from runtime.server import StageServer
 from gateway.request_decode import SERVICE_NAME, add_omni_servicer
 from gateway.service import DoneEvent
 from gateway.servicer import OmniServicer
-from gateway.timeline import PHASES, TIMING_TRAILER, Timeline, end_phase, parse_trailer, stage_timings
+from gateway.timeline import PHASES, Timeline, end_phase, stage_timings
+from omnimesh.timing import TIMING_TRAILER, parse_timing
 
 
 def test_phases_take_the_time_since_the_one_before_and_keep_their_first_end() -> None:
@@ -36,7 +37,7 @@ def test_phases_take_the_time_since_the_one_before_and_keep_their_first_end() ->
     assert timeline.first_token_s() is None
     timeline.end_phase("first_token")
     assert timeline.first_token_s() == pytest.approx(sum(timeline.phases().values()))
-    got = parse_trailer(timeline.trailer())
+    got = parse_timing(timeline.trailer())
     assert list(got) == ["admit", "encode", "first_token", "audio.queue", "audio.compute", "total"]
     assert (got["audio.queue"], got["audio.compute"]) == (3.0, 4.0)
     assert got["total"] >= got["admit"] + got["encode"] + got["first_token"] - 0.02
@@ -89,7 +90,7 @@ async def chat(stub: omni_pb2_grpc.OmniStub, text: str) -> tuple[grpc.StatusCode
     else:
         code = grpc.StatusCode.OK
     trailer = dict(await call.trailing_metadata() or ()).get(TIMING_TRAILER)
-    return code, None if trailer is None else parse_trailer(trailer)
+    return code, None if trailer is None else parse_timing(trailer)
 
 
 def test_an_answered_call_carries_its_timing_and_a_failed_one_none() -> None:

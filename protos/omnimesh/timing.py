@@ -1,0 +1,29 @@
+"""Where a call's time went, as the gateway tells it: the `omnimesh-timing` trailer of an answered call (the
+Server-Timing syntax: `name;dur=<ms>`, comma-separated), which the clients hand over as `Done.timing`. The names are
+the gateway's phases in order (admit, decode, prompt, encode, first_token, rest), then each stage's own `queue` and
+`compute` (`audio.queue`, `thinker.compute`, ...), then `total` (gateway/timeline.py)."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+TIMING_TRAILER = "omnimesh-timing"
+
+
+def format_timing(ms: Iterable[tuple[str, float]]) -> str:
+    return ", ".join(f"{name};dur={value:.2f}" for name, value in ms)
+
+
+def parse_timing(value: str) -> dict[str, float]:
+    """format_timing's text back into milliseconds by name."""
+    out: dict[str, float] = {}
+    for item in value.split(","):
+        name, _, dur = item.strip().partition(";dur=")
+        out[name] = float(dur)
+    return out
+
+
+def trailer_timing(trailing_metadata: Iterable[tuple[str, Any]] | None) -> dict[str, float]:
+    """The timing a call's trailing metadata carries; empty when the server sent none."""
+    value = dict(trailing_metadata or ()).get(TIMING_TRAILER)
+    return parse_timing(value) if value else {}
