@@ -9,7 +9,7 @@ from typing import Any
 from runtime.chat_template import ChatMessage, TextPart, build_prompt_ids
 from runtime.tokenizer import Tokenizer
 from runtime.chat_template import load_chat_template
-from gateway.timeline import TIMING_TRAILER, parse_trailer
+from omnimesh.timing import trailer_timing
 
 # Words that are one token each with a leading space in the Qwen BPE, so a prompt's length is exact.
 WORDS = ("apple", "river", "stone", "music", "light", "paper", "green", "house", "water", "cloud", "table", "night",
@@ -110,9 +110,7 @@ class RequestRecord:
 
 async def read_timing(call: Any, rec: RequestRecord) -> None:
     """The `omnimesh-timing` trailer of a finished gateway call into its record."""
-    trailer = dict(await call.trailing_metadata() or ()).get(TIMING_TRAILER)
-    if trailer:
-        rec.timing = parse_trailer(trailer)
+    rec.timing = trailer_timing(await call.trailing_metadata()) or None
 
 
 def timing_percentiles(records: list[RequestRecord]) -> dict[str, dict[str, float | None]]:
