@@ -9,7 +9,7 @@ from typing import Any
 from runtime.chat_template import ChatMessage, TextPart, build_prompt_ids
 from runtime.tokenizer import Tokenizer
 from runtime.chat_template import load_chat_template
-from omnimesh.timing import trailer_timing
+from omnimesh.timing import timing_percentiles, trailer_timing
 
 # Words that are one token each with a leading space in the Qwen BPE, so a prompt's length is exact.
 WORDS = ("apple", "river", "stone", "music", "light", "paper", "green", "house", "water", "cloud", "table", "night",
@@ -113,14 +113,6 @@ async def read_timing(call: Any, rec: RequestRecord) -> None:
     rec.timing = trailer_timing(await call.trailing_metadata()) or None
 
 
-def timing_percentiles(records: list[RequestRecord]) -> dict[str, dict[str, float | None]]:
-    """p50 and p99 of each phase's ms over the records that carry it, in the order the first one lists them."""
-    timings = [r.timing for r in records if r.timing]
-    names = list(dict.fromkeys(name for t in timings for name in t))
-    return {name: {"p50": percentile(vals, 50), "p99": percentile(vals, 99)}
-            for name in names if (vals := [t[name] for t in timings if name in t])}
-
-
 def percentile(values: list[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..100); None for no values."""
     if not values:
@@ -154,7 +146,7 @@ def summarize(records: list[RequestRecord], concurrency: int) -> dict[str, Any]:
         "ttft_ms_p50": _scale(percentile(ttft, 50), ms), "ttft_ms_p99": _scale(percentile(ttft, 99), ms),
         "tpot_ms_p50": _scale(percentile(tpot, 50), ms), "tpot_ms_p99": _scale(percentile(tpot, 99), ms),
         "tokens_per_request": sorted({r.tokens for r in measured}),
-        "gateway_timing_ms": timing_percentiles(measured),
+        "gateway_timing_ms": timing_percentiles(r.timing for r in measured),
         "raw": [{"ttft_ms": _scale(r.first - r.start, ms) if r.first else None,
                  "e2e_ms": (r.end - r.start) * ms, "tokens": r.tokens, "gateway_timing_ms": r.timing}
                 for r in measured],

@@ -4,8 +4,10 @@ the gateway's phases in order (admit, decode, prompt, encode, first_token, rest)
 `compute` (`audio.queue`, `thinker.compute`, ...), then `total` (gateway/timeline.py)."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+import numpy as np
 
 TIMING_TRAILER = "omnimesh-timing"
 
@@ -27,3 +29,14 @@ def trailer_timing(trailing_metadata: Iterable[tuple[str, Any]] | None) -> dict[
     """The timing a call's trailing metadata carries; empty when the server sent none."""
     value = dict(trailing_metadata or ()).get(TIMING_TRAILER)
     return parse_timing(value) if value else {}
+
+
+def timing_percentiles(timings: Iterable[Mapping[str, float] | None]) -> dict[str, dict[str, float]]:
+    """p50 and p99 of each name's ms over the calls whose timing has it, in the order the names first appear (what a
+    benchmark level reports)."""
+    given = [t for t in timings if t]
+    out = {}
+    for name in dict.fromkeys(n for t in given for n in t):
+        p50, p99 = np.percentile([t[name] for t in given if name in t], [50, 99])
+        out[name] = {"p50": float(p50), "p99": float(p99)}
+    return out

@@ -48,6 +48,9 @@ def test_grpc_sweep_with_provenance_and_skips(gateway_addr: str, tmp_path: Path)
     assert len(result["commit"].removesuffix("+dirty")) == 40 and result["date"]
     assert result["device"]["thinker"] == "cpu" and result["model_family"] == "qwen3-omni"
     check_levels(result["workloads"]["text"])
+    for lv in result["workloads"]["text"]:  # the gateway's timing of each request (gRPC only), by phase
+        assert lv["gateway_timing_ms"]["first_token"]["p50"] <= lv["gateway_timing_ms"]["first_token"]["p99"]
+        assert all(r["gateway_timing_ms"]["total"] <= r["e2e_ms"] for r in lv["raw"])
     assert set(result["skipped"]) == {"image", "speech"} and "needs ('image', 'text')" in result["skipped"]["image"]
     assert (tmp_path / "grpc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the plot beside the JSON
 
@@ -57,6 +60,7 @@ def test_openai_sweep_through_the_http_front(front: Proc, tmp_path: Path) -> Non
     result = bench(tmp_path / "openai.json", "--addr", url, "--api", "openai", "--workloads", "text", "speech")
     assert result["api"] == "openai" and result["model"] and result["device"] == "not reported by the OpenAI API"
     check_levels(result["workloads"]["text"])
+    assert "gateway_timing_ms" not in result["workloads"]["text"][0]  # a streamed HTTP answer carries none
     assert list(result["skipped"]) == ["speech"] and "audio output" in result["skipped"]["speech"]
 
 

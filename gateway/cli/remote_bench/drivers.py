@@ -6,7 +6,8 @@ import base64
 import time
 from typing import Any
 
-from omnimesh import AsyncClient, AudioDelta, AudioFailed, InvalidArgument, ReasoningDelta, TextDelta, Unimplemented
+from omnimesh import (AsyncClient, AudioDelta, AudioFailed, Done, InvalidArgument, ReasoningDelta, TextDelta,
+                      Unimplemented)
 from gateway.cli.remote_bench.load import Record
 from gateway.cli.remote_bench.workloads import Request
 
@@ -38,6 +39,8 @@ class GrpcDriver:
                     rec.audio(now, len(event.pcm16) / 2 / event.sample_rate)
                 elif isinstance(event, AudioFailed):
                     raise RuntimeError(f"request {rec.index}: the speech failed: {event.code}: {event.message}")
+                elif isinstance(event, Done):
+                    rec.timing = dict(event.timing) or None
         except (Unimplemented, InvalidArgument) as err:
             raise Refused(str(err)) from None
 

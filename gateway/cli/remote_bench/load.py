@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from omnimesh.timing import timing_percentiles
+
 
 @dataclass
 class Record:
@@ -24,6 +26,7 @@ class Record:
     first_audio: float | None = None
     audio_s: float = 0.0
     end: float | None = None
+    timing: dict[str, float] | None = None  # the gateway's ms by phase (omnimesh/timing.py; gRPC only)
 
     def text(self, now: float, tokens: float) -> None:
         self.texts.append((now, tokens))
@@ -104,9 +107,11 @@ def summarize(records: list[Record], concurrency: int) -> dict[str, Any]:
         out |= {"audio_s_per_s": sum(r.audio_s for r in measured) / window,
                 **_quantiles("ttfa_ms", [r.first_audio - r.start for r in measured if r.first_audio is not None]),
                 **_quantiles("rtf", [(r.end - r.start) / r.audio_s for r in measured if r.audio_s], scale=1.0)}
+    if any(r.timing for r in measured):
+        out["gateway_timing_ms"] = timing_percentiles(r.timing for r in measured)
     out["raw"] = [{"index": r.index, "ttft_ms": 1e3 * (r.texts[0][0] - r.start) if r.texts else None,
-                   "e2e_ms": 1e3 * (r.end - r.start), "tokens": round(r.tokens), "audio_s": r.audio_s}
-                  for r in measured]
+                   "e2e_ms": 1e3 * (r.end - r.start), "tokens": round(r.tokens), "audio_s": r.audio_s,
+                   **({"gateway_timing_ms": r.timing} if r.timing else {})} for r in measured]
     return out
 
 
