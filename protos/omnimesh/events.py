@@ -98,8 +98,8 @@ class AudioFailed:
 class Done:
     finish_reason: str  # "stop" (end of turn, stop token or string) or "length" (max_tokens or the context)
     # where the call's time went, ms by phase and stage, from the gateway's trailer (omnimesh/timing.py); empty when
-    # it sent none
-    timing: Mapping[str, float] = field(default_factory=dict)
+    # it sent none. Not part of the event's equality or hash: two answers that ended alike are alike, however long
+    timing: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
 Event = TextDelta | ReasoningDelta | AudioDelta | Usage | AudioFailed | Done
