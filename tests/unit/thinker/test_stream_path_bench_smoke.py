@@ -45,8 +45,10 @@ def test_cpu_times_count_this_process_and_its_main_thread() -> None:
     while time.thread_time() < end:
         pass
     spent = cpu_times(os.getpid()) - before
-    tick = 1 / os.sysconf("SC_CLK_TCK")  # the two files are read a moment apart: a tick may land in between
-    assert 0.2 - 2 * tick <= spent.main_thread_s <= spent.process_s + 2 * tick
+    # the two files are read a moment apart, and the kernel scales the process's and the thread's ticks apart: a CI
+    # run read the main thread 2 ticks past the process (0.21 against 0.19 s), so allow 3
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert 0.2 - 3 * tick <= spent.main_thread_s <= spent.process_s + 3 * tick
 
 
 def test_thread_cprofile_writes_the_stats_of_a_module_that_exits(tmp_path: Path) -> None:
