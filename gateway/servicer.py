@@ -132,14 +132,16 @@ class OmniServicer(omni_pb2_grpc.OmniServicer):
             self._close_timeline(context, code)
 
     def _close_timeline(self, context: grpc.aio.ServicerContext, code: str) -> None:
-        """The trailer of an answered call; a warning naming every phase for a call whose first token (or, with
-        none, its end) came past gateway.slow_first_token_s, whatever its outcome."""
+        """The trailer and the phase histogram of an answered call; a warning naming every phase for a call whose
+        first token (or, with none, its end) came past gateway.slow_first_token_s, whatever its outcome."""
         timeline = current_timeline()
         assert timeline is not None  # _served opened it in this call's context
         timeline.end_phase("rest")
         trailer = timeline.trailer()
         if code == "OK":
             context.set_trailing_metadata(((TIMING_TRAILER, trailer),))
+            for phase, seconds in timeline.phases().items():
+                self._service.metrics.get("omnimesh_request_phase_seconds", phase=phase).observe(seconds)
         first = timeline.first_token_s()
         waited = first if first is not None else time.monotonic() - timeline.start
         if self._cfg.slow_first_token_s and waited >= self._cfg.slow_first_token_s:

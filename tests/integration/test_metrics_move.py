@@ -21,7 +21,7 @@ STAGE_METRICS = {
                 "omnimesh_inter_token_latency_seconds", "omnimesh_e2e_request_latency_seconds",
                 "omnimesh_time_to_first_audio_seconds", "omnimesh_audio_real_time_factor",
                 "omnimesh_prompt_tokens_total", "omnimesh_generation_tokens_total", "omnimesh_edge_bytes_total",
-                "omnimesh_edge_seconds_total"},
+                "omnimesh_edge_seconds_total", "omnimesh_request_phase_seconds"},
     "thinker": {"omnimesh_queue_time_seconds", "omnimesh_requests_running", "omnimesh_kv_usage_ratio",
                 "omnimesh_batch_size", "omnimesh_batch_tokens", "omnimesh_step_time_seconds",
                 "omnimesh_prefix_cache_queries_total", "omnimesh_prefix_cache_hits_total"},
@@ -112,6 +112,9 @@ def test_every_series_moves_under_real_traffic(full_mesh: Proc) -> None:
         key = [k for k in gateway if k.startswith("omnimesh_edge_bytes_total{") and f'from_stage="{src}"' in k
                and f'to_stage="{dst}"' in k]
         assert key and gateway[key[0]] > 0, f"edge {src}->{dst} carried no bytes"
+    phases = {k.split('phase="')[1].split('"')[0] for k, v in gateway.items()
+              if k.startswith("omnimesh_request_phase_seconds_count{") and v > 0}
+    assert phases == {"admit", "decode", "prompt", "encode", "first_token", "first_audio", "rest"}, phases
 
 
 def test_every_exposition_passes_promtool(full_mesh: Proc) -> None:

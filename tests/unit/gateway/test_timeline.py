@@ -67,8 +67,8 @@ class PhasedService:
 
 
 @asynccontextmanager
-async def serving(cfg: GatewayConfig) -> AsyncIterator[omni_pb2_grpc.OmniStub]:
-    metrics = Metrics("gateway", "t")
+async def serving(cfg: GatewayConfig, metrics: Metrics | None = None) -> AsyncIterator[omni_pb2_grpc.OmniStub]:
+    metrics = metrics or Metrics("gateway", "t")
     server = StageServer("gateway", "t", ServerConfig(port=0, metrics_port=-1), metrics)
     servicer = OmniServicer(PhasedService(metrics), cfg, omni_pb2.OmniInfo())
     server.add_service(partial(add_omni_servicer, max_request_bytes=1 << 20), servicer, SERVICE_NAME)
@@ -94,8 +94,10 @@ async def chat(stub: omni_pb2_grpc.OmniStub, text: str) -> tuple[grpc.StatusCode
 
 
 def test_an_answered_call_carries_its_timing_and_a_failed_one_none() -> None:
+    metrics = Metrics("gateway", "t")
+
     async def run() -> list[tuple[grpc.StatusCode, dict[str, float] | None]]:
-        async with serving(GatewayConfig(slow_first_token_s=0.0)) as stub:
+        async with serving(GatewayConfig(slow_first_token_s=0.0), metrics) as stub:
             return [await chat(stub, "hi"), await chat(stub, "down")]
 
     (ok, timing), (failed, none) = asyncio.run(run())
@@ -103,6 +105,10 @@ def test_an_answered_call_carries_its_timing_and_a_failed_one_none() -> None:
     assert timing is not None
     assert list(timing) == [*PHASES, "audio.queue", "audio.compute", "thinker.queue", "thinker.compute", "total"]
     assert all(v >= 0 for v in timing.values()) and timing["thinker.compute"] == 4.0
+    # the phase histogram counts the answered call only, once per phase
+    for phase in PHASES:
+        labels = {"stage": "gateway", "replica": "t", "model_name": "", "phase": phase}
+        assert metrics.registry.get_sample_value("omnimesh_request_phase_seconds_count", labels) == 1, phase
 
 
 @pytest.mark.parametrize(("threshold", "logged"), [(0.0, []), (60.0, []),
