@@ -5,12 +5,14 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from omnimesh import (Audio, AudioDelta, AudioFailed, Client, Image, Message, OmnimeshError, ReasoningDelta, Sampling,
                       TextDelta, Usage)
-from omnimesh import Video, wav_bytes
+from omnimesh import Done, Video, wav_bytes
+from omnimesh.timing import first_token_ms
 from gateway.cli.dial import add_tls_arguments, gateway_channel
 from gateway.cli.event_lines import error_json, event_json
 
@@ -83,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     pcm, rate = bytearray(), 24_000
     failed = False
     usage: Usage | None = None
+    timing: Mapping[str, float] = {}
     with Client(channel=gateway_channel(args), api_key=args.api_key, timeout=args.timeout) as client:
         try:
             for event in client.chat_stream(messages, **kwargs):
@@ -100,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
                 elif isinstance(event, Usage):
                     usage = event
+                elif isinstance(event, Done):
+                    timing = event.timing
                 elif isinstance(event, AudioFailed):
                     print(f"\nerror: {event.code}: {event.message}", file=sys.stderr)
         except OmnimeshError as err:
@@ -111,7 +116,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print()
         if usage:
-            print(f"[{usage.prompt_tokens} prompt + {usage.completion_tokens} generated tokens]", file=sys.stderr)
+            first = first_token_ms(timing)
+            took = f"; the first after {first:.0f} ms, all in {timing['total']:.0f} ms" if first is not None else ""
+            print(f"[{usage.prompt_tokens} prompt + {usage.completion_tokens} generated tokens{took}]",
+                  file=sys.stderr)
     if args.speak and pcm:
         args.speak.write_bytes(wav_bytes(bytes(pcm), rate))
     return 1 if failed else 0

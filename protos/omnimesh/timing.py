@@ -25,6 +25,15 @@ def parse_timing(value: str) -> dict[str, float]:
     return out
 
 
+def first_token_ms(timing: Mapping[str, float]) -> float | None:
+    """The call's start to the thinker's first tokens reaching the gateway: the phases up to `first_token`, which
+    the trailer lists in order before anything else; None when it has none."""
+    if "first_token" not in timing:
+        return None
+    names = list(timing)
+    return sum(timing[name] for name in names[:names.index("first_token") + 1])
+
+
 def trailer_timing(trailing_metadata: Iterable[tuple[str, Any]] | None) -> dict[str, float]:
     """The timing a call's trailing metadata carries; empty when the server sent none."""
     value = dict(trailing_metadata or ()).get(TIMING_TRAILER)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -123,6 +124,9 @@ def test_plain_output_prints_the_streamed_text(gateway_addr: str) -> None:
     _, events = chat_json(gateway_addr, "Hi", "--greedy", "--max-tokens", "8")
     assert plain.returncode == 0
     assert plain.stdout.rstrip("\n") == "".join(e["text"] for e in events if e["type"] == "text")
+    # the summary on stderr: the token counts and, from the gateway's timing, the first token's wait and the whole
+    assert re.fullmatch(r"\[\d+ prompt \+ 8 generated tokens; the first after \d+ ms, all in \d+ ms\]\n",
+                        plain.stderr), plain.stderr
 
 
 def test_same_seed_same_text_different_seed_differs(gateway_addr: str) -> None:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from omnimesh.timing import TIMING_TRAILER, format_timing, parse_timing, timing_percentiles, trailer_timing
+from omnimesh.timing import (TIMING_TRAILER, first_token_ms, format_timing, parse_timing, timing_percentiles,
+                             trailer_timing)
 
 
 def test_written_timing_reads_back_in_order() -> None:
@@ -23,3 +24,9 @@ def test_percentiles_take_each_name_over_the_calls_that_have_it() -> None:
     assert list(got) == ["encode", "total"] and got["encode"] == {"p50": 1.0, "p99": 1.0}
     assert got["total"]["p50"] == 20.0 and got["total"]["p99"] == pytest.approx(29.8)
     assert timing_percentiles([]) == {}
+
+
+def test_the_first_token_is_the_phases_up_to_it() -> None:
+    timing = {"admit": 1.0, "encode": 2.0, "first_token": 3.0, "rest": 10.0, "thinker.queue": 0.5, "total": 16.0}
+    assert first_token_ms(timing) == 6.0
+    assert first_token_ms({"admit": 1.0, "total": 1.0}) is None  # a call that never reached its first token
