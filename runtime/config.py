@@ -51,6 +51,9 @@ class ServerConfig:
     # a second, plaintext port serving only grpc.health.v1, for probes that cannot speak TLS (kubelet's gRPC probes);
     # -1: none, 0: a free port
     health_port: StrictInt = Field(-1, ge=-1, le=65535)
+    # several processes of this stage listen on `port`, the kernel spreading connections between them (SO_REUSEPORT:
+    # `omnimesh up` sets it for gateway.replicas > 1); off, a second server on a port in use fails to start
+    share_port: StrictBool = False
 
     def __post_init__(self) -> None:
         check(bool(self.tls_cert_file) == bool(self.tls_key_file), "tls_key_file", self.tls_key_file,
@@ -322,6 +325,10 @@ class GatewayConfig:
     """The public API process."""
 
     server: Section[ServerConfig] = Field(default_factory=lambda: ServerConfig(port=50051))
+    # processes `omnimesh up` starts, sharing server.port (each connection is served by one of them): one gateway's
+    # event loop answers a few hundred transcriptions a second (bench/asr/NOTES.md); Kubernetes: the chart's
+    # stages.gateway.replicas, one pod each behind the Service
+    replicas: StrictInt = Field(1, ge=1)
     api_keys: Items[StrictStr] = ()  # empty: no authentication
     sampling: Section[SamplingDefaults] = Field(default_factory=SamplingDefaults)
     stage_timeout_s: StrictFloat = Field(5.0, gt=0)  # how long to wait for a stage connection before UNAVAILABLE

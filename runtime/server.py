@@ -29,7 +29,8 @@ def server_options(cfg: ServerConfig, max_receive_bytes: int | None = None) -> l
     """`max_receive_bytes` (default: cfg.max_message_bytes) lets a servicer read a request over the limit and refuse it
     with an error of its own, naming the config field."""
     return [
-        ("grpc.so_reuseport", 0),  # a second server on a port in use must fail, not share it silently
+        # a second server on a port in use must fail, not share it silently, unless sharing is what was asked for
+        ("grpc.so_reuseport", int(cfg.share_port)),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
         ("grpc.max_receive_message_length", max_receive_bytes or cfg.max_message_bytes),
         # Accept client keepalive pings, even during a long silent prefill (docs/grpc-transport.md: "Too many pings").

@@ -31,6 +31,7 @@ def stage_arg_parser(stage: str) -> argparse.ArgumentParser:
     p.add_argument("--host", help="listen address (overrides the config)")
     p.add_argument("--port", type=int, help="gRPC port; 0 picks a free one")
     p.add_argument("--metrics-port", type=int, help="Prometheus port; 0 picks a free one, -1 disables")
+    p.add_argument("--health-port", type=int, help="plaintext grpc.health.v1 port; 0 picks a free one, -1: none")
     p.add_argument("--replica", default=os.uname().nodename, help="replica name for metrics and logs")
     p.add_argument("--device", help="cpu, cuda or cuda:N (stages only)")
     p.add_argument("--dtype", help="float32, bfloat16 or float16 (stages only)")
@@ -44,8 +45,8 @@ def apply_flags(mesh: MeshConfig, stage: str, args: argparse.Namespace) -> tuple
         mesh = replace(mesh, model=args.model)
     section = mesh.gateway if stage == "gateway" else mesh.stage(stage)
     server = section.server
-    for flag, name in (("host", "host"), ("port", "port"), ("metrics_port", "metrics_port")):
-        value = getattr(args, flag)
+    for name in ("host", "port", "metrics_port", "health_port"):
+        value = getattr(args, name)
         if value is not None:
             server = replace(server, **{name: value})
     section = replace(section, server=server)

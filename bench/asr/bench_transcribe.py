@@ -71,6 +71,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--token-flush-ms", type=float, default=15.0, help="thinker token-delta coalescing (its default)")
     p.add_argument("--audio-batch-wait-ms", type=float, default=5.0,
                    help="how long an audio encoder forward waits for more clips (its default)")
+    p.add_argument("--gateway-replicas", type=int, default=1,
+                   help="gateway processes sharing its port (gateway.replicas): each has its own event loop")
+    p.add_argument("--channels", type=int, default=1,
+                   help="client connections the streams take in turn (at most c), as that many clients would open; "
+                        "the kernel gives each to one gateway replica")
     p.add_argument("--ckpt-dir", type=Path, default=None, help="where the random checkpoint goes (default /dev/shm)")
     p.add_argument("--keep-ckpt", action="store_true", help="leave the random checkpoint in place at the end")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds the mesh may take to come up")
@@ -111,7 +116,8 @@ class Bench:
                   "token_flush_ms": a.token_flush_ms, "cuda_graphs": not a.no_graphs,
                   "prefill_token_buckets": [n for n in a.prefill_buckets if n <= max(a.max_batch_tokens, max_num_seqs)]}
         return {"thinker": {**stage, "engine": engine},
-                "audio": {**stage, "enabled": True, "encoder": {"batch_wait_ms": a.audio_batch_wait_ms}}}
+                "audio": {**stage, "enabled": True, "encoder": {"batch_wait_ms": a.audio_batch_wait_ms}},
+                "gateway": {"replicas": a.gateway_replicas}}
 
     def workload(self) -> dict[str, Any]:
         a = self.args
@@ -125,7 +131,8 @@ class Bench:
                 "initial_warmup_requests": (f"{a.initial_warmup}" if a.initial_warmup >= 0 else "2 x the largest c")
                 + " at the largest c, before the first level (excluded)",
                 "measured_requests": f"max({a.min_measured}, {a.measured_per_stream} x c)",
-                "latency": "request start -> last event (done)", "ttft": "request start -> first text event"}
+                "latency": "request start -> last event (done)", "ttft": "request start -> first text event",
+                "client_connections": f"min(c, {a.channels})"}
 
     def save(self) -> None:
         self.args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -157,7 +164,7 @@ class Bench:
             t0 = time.perf_counter()
             sections = self.mesh_config()
             mesh = Mesh(model_dir, sections["thinker"], workdir, mesh_log, a.ready_timeout,
-                        stages={"audio": sections["audio"]}, log_level="WARNING")
+                        stages={"audio": sections["audio"], "gateway": sections["gateway"]}, log_level="WARNING")
             self.result["mesh_up_s"] = time.perf_counter() - t0
             log.info("mesh up in %.1f s: %s", self.result["mesh_up_s"], sorted(mesh.ports))
             self.levels(mesh)
@@ -184,7 +191,7 @@ class Bench:
         first = 2 * self.max_c if a.initial_warmup < 0 else a.initial_warmup
         if first:
             clips.prepare(index, first + self.max_c)
-            level = run_level(mesh.address, make, self.max_c, 0, first, index)
+            level = run_level(mesh.address, make, self.max_c, 0, first, index, a.channels)
             index = level["next_index"]
             self.result["initial_warmup"] = {k: level.get(k) for k in ("concurrency", "requests", "requests_per_s",
                                                                         "latency_ms_p50", "latency_ms_p99")}
@@ -195,7 +202,7 @@ class Bench:
             clips.prepare(index, warmup + measured + c)  # + c: the load-keeping extras that run past the last one
             # the client (this process) is read too: its event loop relays every stream, as the gateway's does
             before, t0 = mesh.readings() | {"client": read_stage(os.getpid(), None)}, time.perf_counter()
-            level = run_level(mesh.address, make, c, warmup, measured, index)
+            level = run_level(mesh.address, make, c, warmup, measured, index, a.channels)
             seconds, after = time.perf_counter() - t0, mesh.readings() | {"client": read_stage(os.getpid(), None)}
             level["level_s"] = seconds
             level["stages_whole_level"] = {name: phase_summary(before[name], after[name], seconds) for name in after}

@@ -78,10 +78,11 @@ def _ms(t: float | None, start: float) -> float | None:
 
 
 def run_level(address: str, make_request: Callable[[int], omni_pb2.TranscribeRequest], concurrency: int,
-              warmup: int, measured: int, first_index: int) -> dict[str, Any]:
+              warmup: int, measured: int, first_index: int, channels: int = 1) -> dict[str, Any]:
     """One closed-loop level; `next_index` is where the next level's (distinct) clips start."""
     call = TranscribeCall()
-    records = asyncio.run(closed_loop(address, make_request, concurrency, warmup, measured, first_index, call=call))
+    records = asyncio.run(closed_loop(address, make_request, concurrency, warmup, measured, first_index, call=call,
+                                      channels=channels))
     out = level_summary(records, call.usage, concurrency)
     out.update(warmup_requests=warmup, next_index=first_index + len(records),
                started_requests=len(records))

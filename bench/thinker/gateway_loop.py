@@ -38,7 +38,8 @@ class Mesh:
                "--port", "0", "--ready-timeout", str(ready_timeout_s), "--log-level", log_level, *extra_args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
         self.ports = self._wait_ready(ready_timeout_s)
-        self.address = f"127.0.0.1:{self.ports['gateway']['grpc_port']}"
+        gateway = self.ports.get("gateway") or self.ports["gateway-0"]  # gateway replicas share gateway-0's port
+        self.address = f"127.0.0.1:{gateway['grpc_port']}"
         threading.Thread(target=self._drain, daemon=True).start()  # keep the pipe from filling
 
     def _wait_ready(self, timeout_s: float) -> dict[str, Any]:
@@ -101,9 +102,11 @@ async def _one(stub: omni_pb2_grpc.OmniStub, request: omni_pb2.ChatRequest, rec:
 async def closed_loop(address: str, make_request: Callable[[int], Any], concurrency: int,
                       warmup: int, measured: int, first_index: int = 0,
                       call: Callable[[omni_pb2_grpc.OmniStub, Any, RequestRecord], Awaitable[None]] = _one,
-                      ) -> list[RequestRecord]:
+                      channels: int = 1) -> list[RequestRecord]:
     """`concurrency` workers; each starts a new request when its last one ends, until the measured ones are done.
-    `call` runs one request and fills its record (default: a Chat stream; bench/asr passes a Transcribe one)."""
+    `call` runs one request and fills its record (default: a Chat stream; bench/asr passes a Transcribe one).
+    `channels`: connections the workers take in turn, as that many clients would open (gateway replicas sharing a
+    port each serve the connections the kernel gives them)."""
     records: list[RequestRecord] = []
     counter = iter(range(first_index, first_index + 10**9))
     done = asyncio.Event()
@@ -120,9 +123,12 @@ async def closed_loop(address: str, make_request: Callable[[int], Any], concurre
                 if remaining[0] == 0:
                     done.set()
 
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = omni_pb2_grpc.OmniStub(channel)
-        tasks = [asyncio.create_task(worker(stub)) for _ in range(concurrency)]
+    # a subchannel pool of its own keeps each channel on its own connection (by default equal channels share one)
+    opened = [grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+              for _ in range(max(1, min(channels, concurrency)))]
+    try:
+        stubs = [omni_pb2_grpc.OmniStub(channel) for channel in opened]
+        tasks = [asyncio.create_task(worker(stubs[i % len(stubs)])) for i in range(concurrency)]
         finished = asyncio.create_task(done.wait())
         await asyncio.wait([finished, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for t in tasks:
@@ -131,6 +137,8 @@ async def closed_loop(address: str, make_request: Callable[[int], Any], concurre
         for t in tasks:
             t.cancel()  # load-keeping extras still running: cancelled, which frees their KV
         await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        await asyncio.gather(*(channel.close() for channel in opened))
     return records
 
 

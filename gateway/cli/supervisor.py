@@ -33,6 +33,9 @@ class Child:
     grpc_port: int = 0
     metrics_port: int = -1
     http_port: int = 0  # an HTTP child (the OpenAI front): health is GET /health, it has no gRPC port
+    # its own plaintext health port, probed instead of grpc_port: a port several processes share (gateway replicas)
+    # would answer for whichever of them the kernel picked
+    health_port: int = -1
     command: list[str] = field(default_factory=list)  # to start it again
     restarts: int = 0
     restart_at: float | None = None  # when a failed child is started again (its backoff)
@@ -42,7 +45,12 @@ class Child:
         if self.http_port:
             return [*self.command, "--port", str(self.http_port)]
         metrics = ["--metrics-port", str(self.metrics_port)] if self.metrics_port >= 0 else []
-        return [*self.command, "--port", str(self.grpc_port), *metrics]
+        health = ["--health-port", str(self.health_port)] if self.health_port >= 0 else []
+        return [*self.command, "--port", str(self.grpc_port), *metrics, *health]
+
+    @property
+    def health_target(self) -> str:
+        return target(self.host, self.health_port if self.health_port > 0 else self.grpc_port)
 
 
 MAX_BACKOFF_S = 30.0  # Kubernetes' CrashLoopBackOff doubles to 5 minutes; a local mesh wants its stage back sooner
@@ -88,7 +96,7 @@ class Supervisor:
             try:
                 ports = self._read_ready(child, ready_timeout_s)
                 child.grpc_port, child.metrics_port = ports.get("grpc_port", 0), ports.get("metrics_port", -1)
-                child.http_port = ports.get("http_port", 0)
+                child.http_port, child.health_port = ports.get("http_port", 0), ports.get("health_port", -1)
                 self._wait_healthy(child, ready_timeout_s)
                 outcomes.put(None)
             except BaseException as e:  # handed to the caller's thread
@@ -122,7 +130,7 @@ class Supervisor:
     def _wait_healthy(self, child: Child, timeout_s: float) -> None:
         if child.http_port:
             return self._wait_http_healthy(child, timeout_s)
-        with grpc.insecure_channel(target(child.host, child.grpc_port)) as channel:
+        with grpc.insecure_channel(child.health_target) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
@@ -133,7 +141,7 @@ class Supervisor:
                 except grpc.RpcError:
                     pass
                 time.sleep(0.2)
-        raise StartFailed(f"{child.name} never reported SERVING on port {child.grpc_port}")
+        raise StartFailed(f"{child.name} never reported SERVING on {child.health_target}")
 
     def wait(self, health_every_s: float = 2.0, restart: bool = False) -> int:
         """Blocks until a signal; returns the exit code for `omnimesh up`. A child that exits or reports NOT_SERVING
@@ -229,7 +237,7 @@ class Supervisor:
         """True only for an answer of NOT_SERVING: a child too busy to answer in time is not judged on that."""
         if child.http_port:
             return False  # stateless: it fails by exiting, which the watch loop sees
-        with grpc.insecure_channel(target(child.host, child.grpc_port)) as channel:
+        with grpc.insecure_channel(child.health_target) as channel:
             try:
                 status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""),
                                                                     timeout=2).status

@@ -13,7 +13,7 @@ from runtime.checkpoint.family import read_family
 from runtime.config import MeshConfig, load_mesh_config, write_mesh_config
 from runtime.logs import configure_logging
 from runtime.model_path import resolve_model
-from gateway.cli.supervisor import StartFailed, Supervisor, dial_host, target
+from gateway.cli.supervisor import Child, StartFailed, Supervisor, dial_host, target
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def _up(args: argparse.Namespace) -> int:
         mesh = replace(mesh, model=args.model)
     gw_server = mesh.gateway.server
     gw_server = replace(gw_server, port=args.port if args.port is not None else gw_server.port,
-                        host=args.host or gw_server.host)
+                        host=args.host or gw_server.host, share_port=mesh.gateway.replicas > 1)
     mesh = replace(mesh, gateway=replace(mesh.gateway, server=gw_server))
     model_dir = resolve_model(mesh.model)  # builds the demo checkpoint once, before any child needs it
     mesh = only_stages_of(mesh, model_dir)
@@ -100,6 +100,20 @@ def with_addresses(mesh: MeshConfig, addresses: dict[str, list[str]]) -> MeshCon
     return mesh
 
 
+def start_gateways(sup: Supervisor, replicas: int, common: list[str], ready_timeout_s: float, host: str) -> Child:
+    """The gateway, or with gateway.replicas N, N of them on its one port (gateway-<i>), each with a health port of
+    its own for the supervisor's probes; the first binds the port (a free one for 0) and the rest join it."""
+    if replicas == 1:
+        return sup.start("gateway", "gateway", [*common, "--replica", "gateway-0"], ready_timeout_s, host=host)
+    own_health = ["--health-port", "0"]
+    first = sup.start("gateway-0", "gateway", [*common, "--replica", "gateway-0", *own_health], ready_timeout_s,
+                      host=host)
+    sup.start_together([(f"gateway-{i}", "gateway", [*common, "--replica", f"gateway-{i}", "--port",
+                                                     str(first.grpc_port), *own_health]) for i in range(1, replicas)],
+                       ready_timeout_s, host=host)
+    return first
+
+
 def _run_mesh(mesh: MeshConfig, model_dir: Path, workdir: Path, args: argparse.Namespace) -> int:
     gw_server = mesh.gateway.server
     sup = Supervisor("127.0.0.1")
@@ -114,8 +128,7 @@ def _run_mesh(mesh: MeshConfig, model_dir: Path, workdir: Path, args: argparse.N
             addresses.setdefault(child.name.split("-")[0], []).append(f"127.0.0.1:{child.grpc_port}")
         mesh = with_addresses(mesh, addresses)
         write_mesh_config(mesh, config_path)
-        gateway = sup.start("gateway", "gateway", [*common, "--replica", "gateway-0"], args.ready_timeout,
-                            host=gw_server.host)
+        gateway = start_gateways(sup, mesh.gateway.replicas, common, args.ready_timeout, gw_server.host)
         if args.http_port is not None:
             gw_addr = target(dial_host(gw_server.host), gateway.grpc_port)
             sup.start("http", "http_front", ["--gateway-addr", gw_addr, "--host", gw_server.host, "--port",

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gateway.cli.supervisor import Supervisor
+from gateway.cli.supervisor import Child, Supervisor
 
 
 def test_a_child_that_dies_fails_the_start_while_another_still_loads() -> None:
@@ -88,3 +88,14 @@ def test_a_child_that_reports_not_serving_is_stopped_and_started_again() -> None
         assert sick.restarts >= 1 and sick.process.pid != first_pid
     finally:
         sup.stop_all(grace_s=5)
+
+
+def test_a_child_with_a_health_port_is_probed_there_and_keeps_it_on_restart() -> None:
+    """Gateway replicas share their gRPC port, which answers for whichever the kernel picks: each is probed on its
+    own health port instead."""
+    child = Child("gateway-1", None, "127.0.0.1", grpc_port=50051,  # type: ignore[arg-type]
+                  metrics_port=9101, health_port=9201, command=["python", "-m", "gateway"])
+    assert child.health_target == "127.0.0.1:9201"
+    assert child.pinned_command()[-6:] == ["--port", "50051", "--metrics-port", "9101", "--health-port", "9201"]
+    alone = Child("thinker", None, "127.0.0.1", grpc_port=50052)  # type: ignore[arg-type]
+    assert alone.health_target == "127.0.0.1:50052" and "--health-port" not in alone.pinned_command()

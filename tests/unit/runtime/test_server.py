@@ -448,10 +448,27 @@ def test_a_port_in_use_fails_start() -> None:
     run(main())
 
 
+def test_servers_that_share_the_port_both_start() -> None:
+    """share_port (gateway replicas under `omnimesh up`): a second server joins the port instead of failing."""
+    async def main() -> None:
+        first = StageServer("gateway", "g0", ServerConfig(share_port=True, metrics_port=-1), Metrics("gateway", "g0"))
+        ports = await first.start()
+        second = StageServer("gateway", "g1", ServerConfig(port=ports.grpc_port, share_port=True, metrics_port=-1),
+                             Metrics("gateway", "g1"))
+        try:
+            assert (await second.start()).grpc_port == ports.grpc_port
+        finally:
+            await second.stop(0)
+            await first.stop(0)
+
+    run(main())
+
+
 def test_server_options_follow_the_config() -> None:
     opts = dict(server_options(ServerConfig(max_message_bytes=4 << 20, keepalive_time_ms=20_000)))
     assert opts["grpc.max_send_message_length"] == opts["grpc.max_receive_message_length"] == 4 << 20
     assert opts["grpc.keepalive_time_ms"] == 20_000 and opts["grpc.http2.max_ping_strikes"] == 0
+    assert opts["grpc.so_reuseport"] == 0 and dict(server_options(ServerConfig(share_port=True)))["grpc.so_reuseport"]
 
 
 def test_announce_ready_prints_one_json_line(capsys: pytest.CaptureFixture[str]) -> None:
