@@ -76,7 +76,7 @@ def timed_step(engine: Any, profiled: bool) -> dict[str, Any]:
         wall = time.perf_counter() - t0
     kernels, launches = summed_events(prof, device=True)
     return {"wall_ms": wall * 1e3, "device_ms": sum(kernels.values()) / 1e3, "launches": sum(launches.values()),
-            "kernels": top_events(prof, device=True, top=10)}
+            "kernels": top_events(prof, device=True, top=10), "host_ops": top_events(prof, device=False, top=10)}
 
 
 def mixed_step(engine: Any, rows: int, maker: PromptMaker, request: Any, first_id: int) -> dict[str, Any]:
