@@ -63,7 +63,8 @@ def kernel_breakdown(runner: ThinkerRunner, rows: int, kv_len: int, iters: int =
             counts[ev.name] += 1
     total = sum(by_name.values())
     rows_out = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    replay = replay_ms(runner, rows, kv_len)  # kernels and the gaps between them
     return {"rows": rows, "kv_len": kv_len, "kernels_per_step": sum(counts.values()) / iters,
-            "device_us_per_step": total / iters,
+            "device_us_per_step": total / iters, "replay_us_per_step": None if replay is None else replay * 1e3,
             "top": [{"kernel": name[:90], "us_per_step": us / iters, "calls_per_step": counts[name] / iters,
                      "share": us / total if total else 0.0} for name, us in rows_out]}

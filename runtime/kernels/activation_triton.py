@@ -5,11 +5,14 @@ import torch
 import triton
 import triton.language as tl
 
+from runtime.kernels.pdl import pdl_args, pdl_enter
+
 
 @triton.jit
-def _silu_mul_kernel(x_ptr, out_ptr, width, stride_x, stride_o, BLOCK: tl.constexpr):
+def _silu_mul_kernel(x_ptr, out_ptr, width, stride_x, stride_o, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """One program: BLOCK columns of one token. silu is rounded to the input dtype before the multiply, as the
     unfused model rounds F.silu(gate) before `* up`."""
+    pdl_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < width
@@ -25,6 +28,6 @@ def silu_mul_triton(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(tokens, width, dtype=gate_up.dtype, device=gate_up.device)
     block = min(1024, triton.next_power_of_2(width))
     _silu_mul_kernel[(tokens, triton.cdiv(width, block))](
-        gate_up, out, width, gate_up.stride(0), out.stride(0), BLOCK=block, num_warps=4
+        gate_up, out, width, gate_up.stride(0), out.stride(0), BLOCK=block, num_warps=4, **pdl_args(gate_up),
     )
     return out

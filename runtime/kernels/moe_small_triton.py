@@ -26,6 +26,7 @@ from runtime.kernels._backend import next_power_of_2
 from runtime.kernels.moe_config import GemmConfig
 from runtime.kernels.moe_route_triton import topk_softmax_rows
 from runtime.kernels.paged_attention_triton import num_sms
+from runtime.kernels.pdl import pdl_args, pdl_enter
 from runtime.kernels.skinny_gemm_triton import MAX_SPLIT_TILES, arrival_counters
 
 MMA_ROWS = 16  # tl.dot's smallest row count: the tile holds up to this many tokens before it grows
@@ -40,10 +41,11 @@ def _small_gate_up_kernel(
     num_tokens, num_experts, N, K,
     stride_lt, stride_xt, stride_we, stride_wn, stride_ar,
     TOP_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_E: tl.constexpr, ROWS: tl.constexpr, RENORM: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PDL: tl.constexpr,
 ):
     """Program (pair, n-tile). act[t * k + slot, n] = silu(x[t] . w[e, n]) * (x[t] . w[e, N + n]) for every token t
     routed to this pair's expert e, computed by the expert's leader only; ids/weights[pair] record the routing."""
+    pdl_enter(PDL)
     pair = tl.program_id(0)
     pid_n = tl.program_id(1)
     rows = tl.arange(0, ROWS)  # row r of every tile is token r
@@ -99,13 +101,14 @@ def _small_down_sum_kernel(
     N, K, steps_per_split,
     stride_ar, stride_we, stride_wn, stride_ot, stride_ps,
     TOP_K: tl.constexpr, K_PAD: tl.constexpr, ROWS: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, SPLITS: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
     """Program (token, n-tile, split): out[t, n] = sum_j weights[t, j] * (act[t * k + j] . w[ids[t, j], n]).
 
     One flat loop over (expert slot, K step) keeps the weight stream pipelined across the token's experts; the
     activation sits in MMA row 0 (the other rows stay zero). With SPLITS > 1 a split takes `steps_per_split` steps
     of that loop and the tile's last program to arrive adds the splits' partials."""
+    pdl_enter(PDL)
     token = tl.program_id(0)
     pid_n = tl.program_id(1)
     split = tl.program_id(2)
@@ -204,7 +207,7 @@ def experts_small_triton(
         TOP_K=top_k, K_PAD=next_power_of_2(top_k), BLOCK_E=next_power_of_2(num_experts),
         ROWS=max(MMA_ROWS, next_power_of_2(num_tokens)), RENORM=norm_topk_prob,
         BLOCK_N=gate_up_cfg.block_n, BLOCK_K=gate_up_cfg.block_k, EVEN_K=hidden % gate_up_cfg.block_k == 0,
-        num_warps=gate_up_cfg.num_warps, num_stages=gate_up_cfg.num_stages,
+        num_warps=gate_up_cfg.num_warps, num_stages=gate_up_cfg.num_stages, **pdl_args(x),
     )
     plan = plan_down(num_tokens, hidden, inter, top_k, down_cfg, num_sms(x.device.index or 0), splits)
     parts = counters = out  # unused without splits
@@ -218,6 +221,6 @@ def experts_small_triton(
         act.stride(0), w_down.stride(0), w_down.stride(1), out.stride(0), parts.stride(0),
         TOP_K=top_k, K_PAD=next_power_of_2(top_k), ROWS=MMA_ROWS,
         BLOCK_N=down_cfg.block_n, BLOCK_K=down_cfg.block_k, EVEN_K=inter % down_cfg.block_k == 0,
-        SPLITS=plan.splits, num_warps=down_cfg.num_warps, num_stages=down_cfg.num_stages,
+        SPLITS=plan.splits, num_warps=down_cfg.num_warps, num_stages=down_cfg.num_stages, **pdl_args(x),
     )
     return out

@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from runtime.kernels._backend import next_power_of_2
+from runtime.kernels.pdl import pdl_args, pdl_enter
 
 LOG2E = 1.4426950408889634
 
@@ -35,6 +36,7 @@ def _paged_attn_kernel(
     num_q_tokens, num_q_heads,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, MIN_SPLIT_KEYS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One program: BLOCK_Q query tokens x the GROUP query heads of one KV head (so K/V load once for the group),
     over one split of the visible keys. Rows r of the tile are (token r // GROUP, head r % GROUP).
@@ -43,6 +45,7 @@ def _paged_attn_kernel(
     split writes partials (an empty one an lse of -inf) for `_merge_splits_kernel`. Merging inside this kernel (the
     last split to arrive merges) was measured slower on the H200 at every length past one split: its registers
     (168 vs 107) cut occupancy and the merging program runs after all the others (bench/kernels/NOTES.md)."""
+    pdl_enter(PDL)
     pid_q = tl.program_id(0)
     seq = tl.program_id(1)
     kv_head = tl.program_id(2) // NUM_SPLITS
@@ -97,9 +100,10 @@ def _paged_attn_kernel(
 @triton.jit(do_not_specialize=["num_q_tokens"])
 def _merge_splits_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, num_q_tokens, num_q_heads, stride_ot, stride_oh,
-    NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PDL: tl.constexpr,
 ):
     """Combine one (token, head)'s split partials by their log-sum-exp weights."""
+    pdl_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     s = tl.arange(0, SPLITS_PAD)
@@ -178,12 +182,13 @@ def paged_attention_triton(
         out.stride(0), out.stride(1), num_tokens, num_q_heads,
         BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim, BLOCK_Q=block_q, ROWS=rows, BLOCK_N=BLOCK_N,
         NUM_SPLITS=num_splits, MIN_SPLIT_KEYS=min_split_keys,
-        num_warps=4 if rows <= 32 else 8, num_stages=2,
+        num_warps=4 if rows <= 32 else 8, num_stages=2, **pdl_args(q),
     )
     if num_splits > 1:
         _merge_splits_kernel[(num_tokens, num_q_heads)](
             part_out, part_lse, out, num_tokens, num_q_heads, out.stride(0), out.stride(1),
             NUM_SPLITS=num_splits, SPLITS_PAD=next_power_of_2(num_splits), HEAD_DIM=head_dim, num_warps=4,
+            **pdl_args(q),
         )
     return out
 

@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from runtime.kernels._backend import next_power_of_2
+from runtime.kernels.pdl import pdl_args, pdl_enter
 from runtime.kernels.rmsnorm_reference import QK, NormResult, RoutedNorm
 
 ROUTER_BLOCK_E = 4  # router rows per program: 32 programs per token at E=128, each reading 16 KB of router weights
@@ -38,8 +39,9 @@ def _add_rmsnorm_row(
 def _add_rmsnorm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, N, eps,
     stride_x, stride_r, stride_o, stride_ro,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, ZERO_CENTRED: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, ZERO_CENTRED: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl_enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -55,9 +57,11 @@ def _add_rmsnorm_router_kernel(
     x_ptr, res_ptr, w_ptr, router_ptr, out_ptr, res_out_ptr, logits_ptr, N, num_experts, eps,
     stride_x, stride_r, stride_o, stride_ro, stride_re, stride_l,
     HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, ZERO_CENTRED: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Program (row, expert block): every program normalises the row (a few KB, cheaper than a second launch) and
     computes BLOCK_E router logits from it; the first program of the row also stores the norm and the residual."""
+    pdl_enter(PDL)
     row = tl.program_id(0).to(tl.int64)
     eblock = tl.program_id(1)
     cols = tl.arange(0, BLOCK_N)
@@ -93,7 +97,7 @@ def fused_add_rmsnorm_triton(
         x2, res2, weight, out, res_out, hidden, eps,
         x2.stride(0), res2.stride(0), out.stride(0), res_out.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n, ZERO_CENTRED=zero_centred,
-        num_warps=min(max(block_n // 256, 1), 8),
+        num_warps=min(max(block_n // 256, 1), 8), **pdl_args(x),
     )
     return NormResult(out.view(shape), res_out.view(shape) if residual is not None else x)
 
@@ -117,7 +121,7 @@ def fused_add_rmsnorm_router_triton(
         x, res, weight, router_w, out, res_out, logits, hidden, num_experts, eps,
         x.stride(0), res.stride(0), out.stride(0), res_out.stride(0), router_w.stride(0), logits.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n, BLOCK_E=block_e, ZERO_CENTRED=zero_centred,
-        num_warps=min(max(block_n * block_e // 1024, 1), 8),
+        num_warps=min(max(block_n * block_e // 1024, 1), 8), **pdl_args(x),
     )
     return RoutedNorm(out, res_out if residual is not None else x, logits)
 
@@ -160,8 +164,9 @@ def _norm_rope_heads(
 def _qk_norm_rope_kernel(
     q_ptr, k_ptr, q_out_ptr, k_out_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr,
     num_q_heads, num_k_heads, eps, stride_qt, stride_qh, stride_kt, stride_kh,
-    HALF: tl.constexpr, HEADS: tl.constexpr,
+    HALF: tl.constexpr, HEADS: tl.constexpr, PDL: tl.constexpr,
 ):
+    pdl_enter(PDL)
     token = tl.program_id(0).to(tl.int64)
     if tl.program_id(1) == 0:
         _norm_rope_heads(q_ptr, q_out_ptr, qw_ptr, cos_ptr, sin_ptr, token, num_q_heads, eps,
@@ -176,10 +181,11 @@ def _qk_norm_rope_cache_kernel(
     q_ptr, k_ptr, v_ptr, q_out_ptr, cache_ptr, slots_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr,
     num_q_heads, num_k_heads, eps, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_cache_kv, stride_cache_slot, stride_cache_head,
-    HALF: tl.constexpr, HEADS: tl.constexpr,
+    HALF: tl.constexpr, HEADS: tl.constexpr, PDL: tl.constexpr,
 ):
     """Program (token, 0) writes the token's q; program (token, 1) stores its normed, rotated k and its v at the
     token's cache slot (padding rows of a graph all share the scratch slot; whichever write lands is fine there)."""
+    pdl_enter(PDL)
     token = tl.program_id(0).to(tl.int64)
     if tl.program_id(1) == 0:
         _norm_rope_heads(q_ptr, q_out_ptr, qw_ptr, cos_ptr, sin_ptr, token, num_q_heads, eps,
@@ -210,7 +216,7 @@ def qk_norm_rope_triton(
     _qk_norm_rope_kernel[(num_tokens, 2)](
         q, k, q_out, k_out, q_weight, k_weight, cos, sin, num_q_heads, num_k_heads, eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        HALF=head_dim // 2, HEADS=next_power_of_2(max(num_q_heads, num_k_heads)), num_warps=4,
+        HALF=head_dim // 2, HEADS=next_power_of_2(max(num_q_heads, num_k_heads)), num_warps=4, **pdl_args(q),
     )
     return QK(q_out, k_out)
 
@@ -232,6 +238,6 @@ def qk_norm_rope_cache_triton(
         q, k, v, q_out, kv_cache, slot_mapping, q_weight, k_weight, cos, sin, num_q_heads, num_k_heads, eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         kv_cache.stride(0), kv_cache.stride(2), kv_cache.stride(3),
-        HALF=head_dim // 2, HEADS=next_power_of_2(max(num_q_heads, num_k_heads)), num_warps=4,
+        HALF=head_dim // 2, HEADS=next_power_of_2(max(num_q_heads, num_k_heads)), num_warps=4, **pdl_args(q),
     )
     return q_out

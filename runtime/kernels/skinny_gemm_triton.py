@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from runtime.kernels.paged_attention_triton import num_sms
+from runtime.kernels.pdl import pdl_args, pdl_enter
 from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, SkinnyConfig, skinny_config, split_plan
 
 # Split-K launches count their programs' arrivals per output tile here; a tile's last program resets its counter.
@@ -33,7 +34,7 @@ def _skinny_gemm_kernel(
     M, N, K, k_per_split,
     stride_xm, stride_om, stride_rm, stride_ps, stride_pm,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    EVEN_K: tl.constexpr, EPILOGUE: tl.constexpr, PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr, EPILOGUE: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):
     """Program (split, tile): outputs [tile * BLOCK_N, +BLOCK_N) of every row, over K [split * k_per_split, + that).
 
@@ -41,6 +42,7 @@ def _skinny_gemm_kernel(
     program only. With SILU_MUL output n takes weight rows n (gate) and N + n (up) in the same loop. With splits,
     each program stores its fp32 partials [SPLIT_K, M, weight rows] and counts its arrival; the tile's last program
     adds the SPLIT_K partials in split order (deterministic, no float atomics) and runs the epilogue."""
+    pdl_enter(PDL)
     split = tl.program_id(0)
     tile = tl.program_id(1)
     rows = tl.arange(0, ROWS)
@@ -134,6 +136,6 @@ def skinny_gemm_triton(
         ROWS=SKINNY_MAX_ROWS, BLOCK_N=config.block_n, BLOCK_K=config.block_k, SPLIT_K=plan.splits,
         EVEN_K=k % config.block_k == 0, EPILOGUE=int(epilogue or 0),
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        num_warps=config.num_warps, num_stages=config.num_stages, **pdl_args(x),
     )
     return out

@@ -150,13 +150,49 @@ def compile_deltanet_parts() -> None:
                                torch.zeros(3, 8192, 3, dtype=BF16), rows, rows)
 
 
+def compile_pdl_variants() -> list[str]:
+    """The decode-path kernels launched with programmatic dependent launch (runtime/kernels/pdl.py): each compiled
+    with the launch attribute, and its PTX opening with griddepcontrol's launch_dependents then wait."""
+    from runtime.kernels import pdl
+    from runtime.kernels.activation_triton import silu_mul_triton
+    from runtime.kernels.skinny_gemm import Epilogue
+    from runtime.kernels.skinny_gemm_triton import skinny_gemm_triton
+
+    first = len(COMPILED)
+    pdl.FORCE = True
+    try:
+        compile_moe()
+        compile_attention()
+        compile_norms()
+        x, w = torch.zeros(2, 2048, dtype=BF16), torch.zeros(4096, 2048, dtype=BF16)
+        skinny_gemm_triton(x, w)
+        skinny_gemm_triton(x, w, Epilogue.SILU_MUL)
+        silu_mul_triton(torch.zeros(2, 2 * 6144, dtype=BF16))
+    finally:
+        pdl.FORCE = False
+    wanted = {"_skinny_gemm_kernel", "_add_rmsnorm_kernel", "_add_rmsnorm_router_kernel", "_qk_norm_rope_kernel",
+              "_qk_norm_rope_cache_kernel", "_paged_attn_kernel", "_merge_splits_kernel", "_silu_mul_kernel",
+              "_small_gate_up_kernel", "_small_down_sum_kernel"}
+    failures = []
+    for name, kernel in COMPILED[first:]:
+        if name not in wanted:
+            continue
+        wanted.discard(name)
+        ptx = kernel.asm["ptx"]
+        launch, wait = ptx.find("griddepcontrol.launch_dependents"), ptx.find("griddepcontrol.wait")
+        if not (kernel.metadata.launch_pdl and 0 <= launch < wait):
+            failures.append(f"{name}: launched with PDL but not launch_dependents then wait in its PTX")
+    failures += [f"{name}: no PDL variant compiled" for name in sorted(wanted)]
+    return failures
+
+
 if __name__ == "__main__":
     install()
     torch.set_num_threads(1)
     failures = []
-    for check in (compile_moe, compile_attention, compile_norms, compile_deltanet_parts):
+    for check in (compile_moe, compile_attention, compile_norms, compile_deltanet_parts, compile_pdl_variants):
         try:
-            check()
+            failures += check() or []
         except Exception as exc:  # noqa: BLE001  report every family, then fail
             failures.append(f"{check.__name__}: {type(exc).__name__}: {exc}")
     seen = set()
