@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from runtime.kernels.pdl import pdl_args, pdl_enter
 from runtime.kernels.softmax_triton import libdevice_exp, torch_softmax
 from runtime.sampler import knobs as columns
 from runtime.sampler.knobs import RowKnobs
@@ -161,7 +162,9 @@ def _draw(keys, uniforms_row, scratch_row, kth, floor, min_p, LOG_V: tl.constexp
 def _pick_kernel(
     scores_ptr, scores_stride, ids_ptr, uniforms_ptr, uniforms_stride, knobs_ptr, scratch_ptr, out_ptr, length,
     LOG_V: tl.constexpr, LOG_W: tl.constexpr, LOG_C: tl.constexpr, HAS_IDS: tl.constexpr, LIBDEVICE: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    pdl_enter(PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, 2**LOG_V)
     in_row = offs < length
@@ -205,5 +208,5 @@ def pick_triton(scores: torch.Tensor, uniforms: torch.Tensor, knobs: RowKnobs, i
                           HAS_IDS=ids is not None,
                           LIBDEVICE=libdevice_exp(),
                           enable_reflect_ftz=False,  # libdevice without flush-to-zero, as nvcc builds PyTorch
-                          num_warps=num_warps)  # fmt: skip
+                          num_warps=num_warps, **pdl_args(scores))  # fmt: skip
     return out

@@ -157,6 +157,8 @@ def compile_pdl_variants() -> list[str]:
     from runtime.kernels.activation_triton import silu_mul_triton
     from runtime.kernels.skinny_gemm import Epilogue
     from runtime.kernels.skinny_gemm_triton import skinny_gemm_triton
+    from runtime.sampler.knobs import WIDTH, RowKnobs
+    from runtime.sampler.pick_triton import pick_triton
 
     first = len(COMPILED)
     pdl.FORCE = True
@@ -168,11 +170,13 @@ def compile_pdl_variants() -> list[str]:
         skinny_gemm_triton(x, w)
         skinny_gemm_triton(x, w, Epilogue.SILU_MUL)
         silu_mul_triton(torch.zeros(2, 2 * 6144, dtype=BF16))
+        logits = torch.zeros(2, 2048)  # the code predictor's codebook
+        pick_triton(logits, logits, RowKnobs(torch.zeros(2, 5), WIDTH))
     finally:
         pdl.FORCE = False
     wanted = {"_skinny_gemm_kernel", "_add_rmsnorm_kernel", "_add_rmsnorm_router_kernel", "_qk_norm_rope_kernel",
               "_qk_norm_rope_cache_kernel", "_paged_attn_kernel", "_merge_splits_kernel", "_silu_mul_kernel",
-              "_small_gate_up_kernel", "_small_down_sum_kernel"}
+              "_small_gate_up_kernel", "_small_down_sum_kernel", "_pick_kernel"}
     failures = []
     for name, kernel in COMPILED[first:]:
         if name not in wanted:
