@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine call for programmatic dependent launch (runtime/kernels/pdl.py): its GPU test, then the Qwen3-ASR
-# decode graphs (1 and 48 rows: kernel time and replay time, gaps included) and mixed steps, without and with PDL.
+# decode graphs (1 and 48 rows: kernel time and replay time, gaps included), mixed steps and the talker frame,
+# without and with PDL.
 #   OUT=/some/dir OMNIMESH_COMMIT=<sha> bash bench/kernels/run_pdl_device.sh
 source bench/device_setup.sh /tmp/pdl-gpu > /dev/null
 timeout 150 python3 -m pytest -q -p no:randomly -p no:cacheprovider tests/unit/kernels/test_kernel_pdl_gpu.py 2>&1 | tail -3
@@ -21,3 +22,9 @@ for P in (0, 1):
             for k in p["kernels"][:6]: print("        ", k["name"][:60], k["us"], k["calls"])
             for k in p["host_ops"][:5]: print("        host", k["name"][:50], k["us"], k["calls"])
 PY
+# the talker's frame (code predictor + talker step + picks), 1 and 8 rows, graphs only
+for P in 0 1; do
+  OMNIMESH_PDL=$P timeout 170 python3 bench/talker/bench_talker.py --batches 1 8 --paths graphs \
+    --out $OUT/talker-pdl$P.json > $OUT/talker-pdl$P.log 2>&1; echo "talker pdl $P rc $?"
+  python3 -c "import json; d = json.load(open('$OUT/talker-pdl$P.json')); print([{k: v for k, v in r.items() if 'ms' in k or k in ('batch', 'rows')} for r in d['talker']])"
+done
