@@ -1,6 +1,7 @@
 """The ASGI app: OpenAI routes over one AsyncClient to the gateway, every error in the OpenAI shape."""
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -27,17 +28,19 @@ from http_front.sse import collect
 
 
 def create_app(gateway_addr: str, model_id: str = "", timeout_s: float | None = None,
-               gateway_credentials: grpc.ChannelCredentials | None = None) -> FastAPI:
+               gateway_credentials: grpc.ChannelCredentials | None = None, connections: int = 1) -> FastAPI:
     """`model_id`: the id /v1/models lists and answers carry (default: the checkpoint's directory name).
-    `gateway_credentials`: dial the gateway over TLS with these (None: plaintext)."""
+    `gateway_credentials`: dial the gateway over TLS with these (None: plaintext). `connections`: to the gateway,
+    taken in turn by the calls (http_front.gateway.client)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        channel = None if gateway_credentials is None else grpc.aio.secure_channel(
-            gateway_addr, gateway_credentials, options=channel_options())  # made here: in the server's event loop
-        app.state.client = AsyncClient(gateway_addr, timeout=timeout_s, channel=channel)
+        clients = [AsyncClient(gateway_addr, timeout=timeout_s, channel=gateway_channel(
+            gateway_addr, gateway_credentials, connections > 1)) for _ in range(connections)]  # in the server's loop
+        app.state.clients = itertools.cycle(clients)
         yield
-        await app.state.client.close()
+        for c in clients:
+            await c.close()
 
     app = FastAPI(title="omnimesh", lifespan=lifespan)
     app.state.model_name = model_id
@@ -88,6 +91,15 @@ async def _model_card(request: Request) -> dict:
     """Asks the gateway each time, so its API key check applies here too."""
     name = served_model_name(request.app.state, await client(request).info(api_key=api_key(request)))
     return {"id": name, "object": "model", "created": request.app.state.started, "owned_by": "omnimesh"}
+
+
+def gateway_channel(addr: str, credentials: grpc.ChannelCredentials | None, own_connection: bool) -> grpc.aio.Channel:
+    """A channel to the gateway; `own_connection`: on a connection no other channel shares (by default equal channels
+    share one), so that gateway processes on one port (`gateway.replicas`) each serve some of the front's calls."""
+    options = channel_options() + ([("grpc.use_local_subchannel_pool", 1)] if own_connection else [])
+    if credentials is None:
+        return grpc.aio.insecure_channel(addr, options=options)
+    return grpc.aio.secure_channel(addr, credentials, options=options)
 
 
 def _add_error_handlers(app: FastAPI) -> None:

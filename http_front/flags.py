@@ -16,4 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--served-model-name", default="",
                    help="model id in /v1/models and answers (default: the checkpoint's directory name)")
     p.add_argument("--timeout", type=float, default=None, help="deadline of each gateway call, in seconds")
+    p.add_argument("--gateway-connections", type=int, default=1,
+                   help="connections to the gateway, taken in turn by the calls (default 1); gateway processes that "
+                        "share one port (gateway.replicas) each serve the connections the kernel hands them")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"))

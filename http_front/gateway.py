@@ -1,4 +1,5 @@
-"""The front's one link to the mesh: an AsyncClient per process, and the caller's API key passed through to it."""
+"""The front's link to the mesh: its AsyncClients (one per gateway connection), and the caller's API key passed
+through to them."""
 from __future__ import annotations
 
 from pathlib import PurePath
@@ -10,7 +11,8 @@ from omnimesh import AsyncClient, MeshInfo, OmnimeshError
 
 
 def client(request: HTTPConnection) -> AsyncClient:
-    return request.app.state.client
+    """The next of the front's gateway connections: each call takes one in turn."""
+    return next(request.app.state.clients)
 
 
 def api_key(request: HTTPConnection) -> str | None:

@@ -281,7 +281,7 @@ class Response:
 
 @router.websocket("/v1/realtime")
 async def realtime(ws: WebSocket) -> None:
-    client: AsyncClient = ws.app.state.client
+    client: AsyncClient = next(ws.app.state.clients)
     key = api_key(ws)
     try:  # a key the gateway refuses fails the handshake, as OpenAI's does
         model = served_model_name(ws.app.state, await client.info(api_key=key))

@@ -27,7 +27,10 @@ def serve(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"error: cannot listen on {args.host}:{args.port}: {err.strerror}", file=sys.stderr)
         return 1
-    app = create_app(args.gateway_addr, args.served_model_name, args.timeout, credentials)
+    if args.gateway_connections < 1:
+        print(f"error: --gateway-connections {args.gateway_connections}: at least 1", file=sys.stderr)
+        return 1
+    app = create_app(args.gateway_addr, args.served_model_name, args.timeout, credentials, args.gateway_connections)
     config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=args.log_level == "DEBUG",
                             timeout_graceful_shutdown=30)
     server = uvicorn.Server(config)

@@ -2,7 +2,7 @@
 # One GPU-machine call for programmatic dependent launch (runtime/kernels/pdl.py): its GPU test, then the Qwen3-ASR
 # decode graphs (1 and 48 rows: kernel time and replay time, gaps included), mixed steps and the talker frame,
 # without and with PDL.
-#   OUT=/some/dir OMNIMESH_COMMIT=<sha> bash bench/kernels/run_pdl_device.sh
+#   OUT=/some/dir OMNIMESH_COMMIT=<sha> [TALKER=0: not the talker] bash bench/kernels/run_pdl_device.sh
 source bench/device_setup.sh /tmp/pdl-gpu > /dev/null
 timeout 150 python3 -m pytest -q -p no:randomly -p no:cacheprovider tests/unit/kernels/test_kernel_pdl_gpu.py 2>&1 | tail -3
 for P in 0 1; do OMNIMESH_PDL=$P timeout 170 python3 bench/thinker/profile_lm.py --family qwen3-asr-1.7b --prompt-tokens 65 --media --rows 48 --mixed-rows 12 47 --out $OUT/asr-profile-pdl$P.json > $OUT/pdl$P.log 2>&1; echo "pdl $P rc $?"; tail -3 $OUT/pdl$P.log | cut -c1-200; done
@@ -23,6 +23,7 @@ for P in (0, 1):
             for k in p["host_ops"][:5]: print("        host", k["name"][:50], k["us"], k["calls"])
 PY
 # the talker's frame (code predictor + talker step + picks), 1 and 8 rows, graphs only
+[ "${TALKER:-1}" = 0 ] && exit 0
 for P in 0 1; do
   OMNIMESH_PDL=$P timeout 170 python3 bench/talker/bench_talker.py --batches 1 8 --paths graphs \
     --out $OUT/talker-pdl$P.json > $OUT/talker-pdl$P.log 2>&1; echo "talker pdl $P rc $?"

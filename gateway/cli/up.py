@@ -131,8 +131,12 @@ def _run_mesh(mesh: MeshConfig, model_dir: Path, workdir: Path, args: argparse.N
         gateway = start_gateways(sup, mesh.gateway.replicas, common, args.ready_timeout, gw_server.host)
         if args.http_port is not None:
             gw_addr = target(dial_host(gw_server.host), gateway.grpc_port)
+            # the kernel hands each connection to one gateway replica: with 8 a replica, the odds that one of N
+            # serves none are N (1 - 1/N)^(8N) < N e^-8
+            connections = 1 if mesh.gateway.replicas == 1 else 8 * mesh.gateway.replicas
             sup.start("http", "http_front", ["--gateway-addr", gw_addr, "--host", gw_server.host, "--port",
-                                             str(args.http_port), "--log-level", args.log_level],
+                                             str(args.http_port), "--log-level", args.log_level,
+                                             "--gateway-connections", str(connections)],
                       args.ready_timeout, host=gw_server.host)
     except BaseException:
         sup.stop_all()

@@ -1,6 +1,7 @@
 """`omnimesh up` with gateway.replicas: 2 starts two gateway processes on one port; the connections clients open are
-served by both, each is probed on a health port of its own, and one that dies is started again on the shared port
-while the other keeps answering. Real processes on loopback."""
+served by both (the HTTP front's too: it opens several), each is probed on a health port of its own, and one that
+dies is started again on the shared port while the other keeps answering. Real processes on loopback; the HTTP
+front's client is the `openai` package."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,10 @@ import signal
 import time
 from pathlib import Path
 
+from concurrent.futures import ThreadPoolExecutor
+
 import grpc
+import openai
 import pytest
 import yaml
 
@@ -28,8 +32,8 @@ def mesh(demo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Proc:
 
     config = tmp_path_factory.mktemp("gateway-replicas") / "mesh.yaml"
     config.write_text(yaml.safe_dump({**TEST_MESH, "gateway": {**TEST_MESH["gateway"], "replicas": 2}}))
-    proc = start([OMNIMESH, "up", "--model", str(demo_ckpt), "--port", "0", "--config", str(config)], MESH_PREFIX,
-                 timeout=180)
+    proc = start([OMNIMESH, "up", "--model", str(demo_ckpt), "--port", "0", "--http-port", "0", "--config",
+                  str(config)], MESH_PREFIX, timeout=180)
     yield proc
     assert proc.stop() == 0
 
@@ -78,6 +82,22 @@ def wait_until_dead(pid: int, within_s: float = 10.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"process {pid} still running {within_s} s after SIGKILL")
+
+
+def test_the_http_front_spreads_its_calls_over_both_gateways(mesh: Proc) -> None:
+    api = openai.OpenAI(api_key="none", base_url=f"http://127.0.0.1:{mesh.ports['http']['http_port']}/v1",
+                        max_retries=0, timeout=60)
+    before = [answered(mesh, g) for g in GATEWAYS]
+
+    def ask(i: int) -> int:
+        out = api.chat.completions.create(model="any", messages=[{"role": "user", "content": f"hi {i}"}],
+                                          max_tokens=2, temperature=0.0, extra_body={"ignore_eos": True})
+        return out.usage.completion_tokens
+
+    with ThreadPoolExecutor(8) as pool:  # 16 calls: the front's 16 connections each take one in turn
+        assert list(pool.map(ask, range(16))) == [2] * 16
+    served = [answered(mesh, g) - b for g, b in zip(GATEWAYS, before)]
+    assert sum(served) == 16 and min(served) > 0, served
 
 
 def test_a_killed_gateway_is_started_again_on_the_shared_port(mesh: Proc) -> None:
