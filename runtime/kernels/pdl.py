@@ -34,6 +34,28 @@ def pdl_enter(PDL: tl.constexpr):
         gdc_wait()
 
 
+@triton.jit
+def pdl_release(PDL: tl.constexpr):
+    """`pdl_enter`'s first half, for a kernel with work to start before it waits (`prefetch_l2` of its weights)."""
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def pdl_wait(PDL: tl.constexpr):
+    """`pdl_enter`'s second half: nothing the kernel before wrote may be read, nor anything it reads written, before."""
+    if PDL:
+        gdc_wait()
+
+
+@triton.jit
+def prefetch_l2(ptrs):
+    """Asks L2 for the 128-byte line of each pointer and goes on without waiting (no register takes the data). Before
+    `pdl_wait`, only for memory no kernel writes (weights): their stream starts while the kernel before finishes."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0 unused", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
 @functools.cache
 def _capable(index: int) -> bool:
     return torch.cuda.get_device_capability(index) >= (9, 0)

@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from runtime.kernels.paged_attention_triton import num_sms
-from runtime.kernels.pdl import pdl_args, pdl_enter
+from runtime.kernels.pdl import pdl_args, pdl_release, pdl_wait, prefetch_l2
 from runtime.kernels.skinny_gemm import SKINNY_MAX_ROWS, Epilogue, SkinnyConfig, skinny_config, split_plan
 
 # Split-K launches count their programs' arrivals per output tile here; a tile's last program resets its counter.
@@ -28,6 +28,20 @@ def _finish(acc, acc_up, out_ptr, res_ptr, rows, cols, mask, stride_om, stride_r
     tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _prefetch_weights(w_ptr, cols, col_ok, N, K, k_lo, k_hi, EPILOGUE: tl.constexpr, LINES: tl.constexpr):
+    """Every 128-byte line of the program's weight rows over [k_lo, k_hi) into L2, LINES lines of each row at a time
+    (the up half's rows too), without waiting for them."""
+    per_line: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth
+    rows = cols[:, None].to(tl.int64) * K
+    for k0 in range(k_lo, k_hi, LINES * per_line):
+        ks = k0 + tl.arange(0, LINES) * per_line
+        ok = col_ok[:, None] & (ks < k_hi)[None, :]
+        prefetch_l2(tl.where(ok, w_ptr + rows + ks[None, :], w_ptr))  # a masked line asks for the first one again
+        if EPILOGUE == SILU_MUL:
+            prefetch_l2(tl.where(ok, w_ptr + N.to(tl.int64) * K + rows + ks[None, :], w_ptr))
+
+
 @triton.jit(do_not_specialize=["M"])  # one compile for every row count
 def _skinny_gemm_kernel(
     x_ptr, w_ptr, out_ptr, res_ptr, part_ptr, counter_ptr,
@@ -41,8 +55,11 @@ def _skinny_gemm_kernel(
     The M rows are the MMA tile's first rows (the rest masked to zero), so each weight element is loaded by one
     program only. With SILU_MUL output n takes weight rows n (gate) and N + n (up) in the same loop. With splits,
     each program stores its fp32 partials [SPLIT_K, M, weight rows] and counts its arrival; the tile's last program
-    adds the SPLIT_K partials in split order (deterministic, no float atomics) and runs the epilogue."""
-    pdl_enter(PDL)
+    adds the SPLIT_K partials in split order (deterministic, no float atomics) and runs the epilogue.
+
+    With PDL the program asks L2 for its weight slice before it waits for the kernel before (the weights are nobody's
+    output), so their stream overlaps that kernel's end; x, the partials and the counters wait."""
+    pdl_release(PDL)
     split = tl.program_id(0)
     tile = tl.program_id(1)
     rows = tl.arange(0, ROWS)
@@ -51,6 +68,9 @@ def _skinny_gemm_kernel(
     col_ok = cols < N
     k_lo = split * k_per_split
     k_hi = tl.minimum(K, k_lo + k_per_split)
+    if PDL:
+        _prefetch_weights(w_ptr, cols, col_ok, N, K, k_lo, k_hi, EPILOGUE, 8)
+    pdl_wait(PDL)
     offs_k = tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + rows[:, None] * stride_xm + (k_lo + offs_k)[None, :]  # [ROWS, BLOCK_K]
     w_ptrs = w_ptr + cols[None, :].to(tl.int64) * K + (k_lo + offs_k)[:, None]  # [BLOCK_K, BLOCK_N]: W^T's tile
