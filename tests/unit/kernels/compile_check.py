@@ -152,7 +152,8 @@ def compile_deltanet_parts() -> None:
 
 def compile_pdl_variants() -> list[str]:
     """The decode-path kernels launched with programmatic dependent launch (runtime/kernels/pdl.py): each compiled
-    with the launch attribute, and its PTX opening with griddepcontrol's launch_dependents then wait."""
+    with the launch attribute, and its PTX opening with griddepcontrol's launch_dependents then wait (the skinny
+    GEMM's weight prefetch between the two)."""
     from runtime.kernels import pdl
     from runtime.kernels.activation_triton import silu_mul_triton
     from runtime.kernels.skinny_gemm import Epilogue
@@ -186,6 +187,8 @@ def compile_pdl_variants() -> list[str]:
         launch, wait = ptx.find("griddepcontrol.launch_dependents"), ptx.find("griddepcontrol.wait")
         if not (kernel.metadata.launch_pdl and 0 <= launch < wait):
             failures.append(f"{name}: launched with PDL but not launch_dependents then wait in its PTX")
+        if name == "_skinny_gemm_kernel" and not launch < ptx.find("prefetch.global.L2") < wait:
+            failures.append(f"{name}: its weights' L2 prefetch is not between launch_dependents and wait")
     failures += [f"{name}: no PDL variant compiled" for name in sorted(wanted)]
     return failures
 
