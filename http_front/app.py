@@ -1,4 +1,5 @@
-"""The ASGI app: OpenAI routes over one AsyncClient to the gateway, every error in the OpenAI shape."""
+"""The ASGI app: OpenAI routes over AsyncClients to the gateway (one a connection), every error in the OpenAI
+shape."""
 from __future__ import annotations
 
 import itertools
