@@ -22,13 +22,13 @@ log = logging.getLogger(__name__)
 def serve(args: argparse.Namespace) -> int:
     configure_logging("http", args.log_level)
     credentials = gateway_credentials(args.gateway_tls, args.gateway_ca, "--gateway-ca")
+    if args.gateway_connections < 1:
+        print(f"error: --gateway-connections {args.gateway_connections}: at least 1", file=sys.stderr)
+        return 1
     try:
         sock = listen_socket(args.host, args.port)
     except OSError as err:
         print(f"error: cannot listen on {args.host}:{args.port}: {err.strerror}", file=sys.stderr)
-        return 1
-    if args.gateway_connections < 1:
-        print(f"error: --gateway-connections {args.gateway_connections}: at least 1", file=sys.stderr)
         return 1
     app = create_app(args.gateway_addr, args.served_model_name, args.timeout, credentials, args.gateway_connections)
     config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=args.log_level == "DEBUG",

@@ -44,12 +44,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     remote.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=list(WORKLOADS),
                         help="what to send (a workload the deployment does not serve is skipped, with the reason)")
     remote.add_argument("--api-key", default=None, help="sent as `authorization: Bearer <key>`")
+    remote.add_argument("--connections", type=int, default=1,
+                        help="--api grpc: connections the requests take in turn (default 1), as that many clients "
+                             "would open; a deployment of several gateway processes on one port spreads them")
     remote.add_argument("--model-name", default="", help="--api openai: the model to ask for (default: the first "
                                                          "the server lists)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.connections < 1:
+        print(f"omnimesh bench: --connections {args.connections}: at least 1", file=sys.stderr)
+        return 2
     if args.addr:
         clash = [f"--{f.replace('_', '-')}" for f in OWN_MESH_FLAGS if getattr(args, f, None)]
         if clash:

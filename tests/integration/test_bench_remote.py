@@ -70,6 +70,12 @@ def test_addr_with_a_flag_that_starts_its_own_mesh_is_refused(tmp_path: Path) ->
     assert run.returncode == 2 and "--tiny starts its own" in run.stderr
 
 
+def test_no_connections_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    run = subprocess.run([OMNIMESH, "bench", "--out", str(tmp_path / "x.json"), "--addr", "127.0.0.1:1",
+                          "--connections", "0"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--connections 0: at least 1" in run.stderr
+
+
 def test_an_unreachable_deployment_fails_naming_it(tmp_path: Path) -> None:
     run = subprocess.run([OMNIMESH, "bench", "--out", str(tmp_path / "x.json"), "--addr", "127.0.0.1:1",
                           "--api-key", "k"], capture_output=True, text=True, timeout=120)

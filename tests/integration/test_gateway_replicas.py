@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -98,6 +99,17 @@ def test_the_http_front_spreads_its_calls_over_both_gateways(mesh: Proc) -> None
         assert list(pool.map(ask, range(16))) == [2] * 16
     served = [answered(mesh, g) - b for g, b in zip(GATEWAYS, before)]
     assert sum(served) == 16 and min(served) > 0, served
+
+
+def test_omnimesh_bench_spreads_its_connections_over_both_gateways(mesh: Proc, tmp_path: Path) -> None:
+    before = [answered(mesh, g) for g in GATEWAYS]
+    run = subprocess.run([OMNIMESH, "bench", "--addr", f"127.0.0.1:{mesh.ports['gateway-0']['grpc_port']}",
+                          "--workloads", "text", "--concurrency", "4", "--output-tokens", "2", "--measured-per-stream",
+                          "4", "--min-measured", "16", "--connections", "16", "--out", str(tmp_path / "b.json")],
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    served = [answered(mesh, g) - b for g, b in zip(GATEWAYS, before)]
+    assert min(served) > 0, served
 
 
 def test_a_killed_gateway_is_started_again_on_the_shared_port(mesh: Proc) -> None:

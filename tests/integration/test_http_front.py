@@ -384,3 +384,11 @@ def test_omnimesh_http_on_a_port_in_use_says_so() -> None:
         port = taken.getsockname()[1]
         run = subprocess.run([OMNIMESH, "http", "--port", str(port)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in run.stderr
+
+
+def test_omnimesh_http_with_no_gateway_connections_says_so() -> None:
+    import subprocess
+
+    run = subprocess.run([OMNIMESH, "http", "--port", "0", "--gateway-connections", "0"], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 1 and "--gateway-connections 0: at least 1" in run.stderr

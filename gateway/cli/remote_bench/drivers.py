@@ -3,11 +3,15 @@ through the openai package's streaming chat completions (text, or text and pcm16
 from __future__ import annotations
 
 import base64
+import itertools
 import time
 from typing import Any
 
+import grpc
+
 from omnimesh import (AsyncClient, AudioDelta, AudioFailed, Done, InvalidArgument, ReasoningDelta, TextDelta,
                       Unimplemented)
+from runtime.channels import channel_options
 from gateway.cli.remote_bench.load import Record
 from gateway.cli.remote_bench.workloads import Request
 
@@ -21,15 +25,19 @@ class Refused(Exception):
 
 class GrpcDriver:
     """Greedy text with EOS ignored, so every request makes exactly `max_tokens`; speech at the talker's default
-    sampling."""
+    sampling. `connections`: the requests take them in turn, as that many clients would (gateway processes that share
+    a port each serve the connections the kernel hands them)."""
 
-    def __init__(self, addr: str, api_key: str | None, max_tokens: int) -> None:
-        self.client = AsyncClient(addr, api_key=api_key)
+    def __init__(self, addr: str, api_key: str | None, max_tokens: int, connections: int = 1) -> None:
+        own = [("grpc.use_local_subchannel_pool", 1)] if connections > 1 else []  # else equal channels share one
+        self.clients = [AsyncClient(addr, api_key=api_key, channel=grpc.aio.insecure_channel(
+            addr, options=channel_options() + own)) for _ in range(connections)]
+        self._next = itertools.cycle(self.clients)
         self.max_tokens = max_tokens
 
     async def send(self, request: Request, rec: Record) -> None:
         try:
-            async for event in self.client.chat_stream(request.messages(), speak=request.speak,
+            async for event in next(self._next).chat_stream(request.messages(), speak=request.speak,
                                                        voice=VOICE if request.speak else "", temperature=0.0,
                                                        max_tokens=self.max_tokens, ignore_eos=True):
                 now = time.perf_counter()
@@ -45,7 +53,8 @@ class GrpcDriver:
             raise Refused(str(err)) from None
 
     async def close(self) -> None:
-        await self.client.close()
+        for client in self.clients:
+            await client.close()
 
 
 class OpenAIDriver:
