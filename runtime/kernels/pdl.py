@@ -70,5 +70,6 @@ def use_pdl(t: torch.Tensor) -> bool:
 
 
 def pdl_args(t: torch.Tensor) -> dict[str, Any]:
-    """The launch keywords of a kernel that starts with `pdl_enter(PDL)`: its constexpr and the launch attribute."""
+    """The launch keywords of a kernel that takes a PDL constexpr (and starts with `pdl_enter`, or `pdl_release` ...
+    `pdl_wait`): the constexpr and the launch attribute."""
     return {"PDL": True, "launch_pdl": True} if use_pdl(t) else {"PDL": False}
