@@ -25,15 +25,20 @@ class Refused(Exception):
 
 class GrpcDriver:
     """Greedy text with EOS ignored, so every request makes exactly `max_tokens`; speech at the talker's default
-    sampling. `connections`: the requests take them in turn, as that many clients would (gateway processes that share
-    a port each serve the connections the kernel hands them)."""
+    sampling. The requests take the clients in turn."""
 
-    def __init__(self, addr: str, api_key: str | None, max_tokens: int, connections: int = 1) -> None:
-        own = [("grpc.use_local_subchannel_pool", 1)] if connections > 1 else []  # else equal channels share one
-        self.clients = [AsyncClient(addr, api_key=api_key, channel=grpc.aio.insecure_channel(
-            addr, options=channel_options() + own)) for _ in range(connections)]
-        self._next = itertools.cycle(self.clients)
+    def __init__(self, clients: list[AsyncClient], max_tokens: int) -> None:
+        self.clients = clients
+        self._next = itertools.cycle(clients)
         self.max_tokens = max_tokens
+
+    @classmethod
+    def connect(cls, addr: str, api_key: str | None, max_tokens: int, connections: int = 1) -> GrpcDriver:
+        """Over `connections` connections, as that many clients would open them (gateway processes that share a port
+        each serve the connections the kernel hands them)."""
+        own = [("grpc.use_local_subchannel_pool", 1)] if connections > 1 else []  # else equal channels share one
+        return cls([AsyncClient(addr, api_key=api_key, channel=grpc.aio.insecure_channel(
+            addr, options=channel_options() + own)) for _ in range(connections)], max_tokens)
 
     async def send(self, request: Request, rec: Record) -> None:
         try:

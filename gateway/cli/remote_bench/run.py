@@ -37,7 +37,7 @@ async def sweep(args: argparse.Namespace) -> dict[str, Any]:
     result |= {"output_tokens": args.output_tokens, "workloads": {}, "skipped": {}, "failed": {}}
     if args.api == "grpc":
         result |= await deployment(args)
-        driver = GrpcDriver(args.addr, args.api_key, args.output_tokens, args.connections)
+        driver = GrpcDriver.connect(args.addr, args.api_key, args.output_tokens, args.connections)
     else:
         result["device"] = "not reported by the OpenAI API"
         driver = OpenAIDriver(base_url(args.addr), args.api_key, args.output_tokens, args.model_name)

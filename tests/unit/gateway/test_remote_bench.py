@@ -78,9 +78,7 @@ class FakeClient:
 
 
 def grpc_driver(events: list | Exception) -> GrpcDriver:
-    driver = GrpcDriver.__new__(GrpcDriver)
-    driver.client, driver.max_tokens = FakeClient(events), 4
-    return driver
+    return GrpcDriver([FakeClient(events)], 4)
 
 
 def test_grpc_driver_times_text_and_audio() -> None:
@@ -115,8 +113,7 @@ class FailsAfter(FakeClient):
 
 
 def test_a_failing_level_keeps_the_levels_measured_before_it() -> None:
-    driver = grpc_driver([])
-    driver.client = FailsAfter(answered=3)  # the c=1 level (warm-up, two measured) answers; c=2 is refused
+    driver = GrpcDriver([FailsAfter(answered=3)], 4)  # the c=1 level (warm-up, two measured) answers; c=2 is refused
     args = argparse.Namespace(concurrency=[1, 2], min_measured=2, measured_per_stream=1)
     levels: list[dict] = []
     with pytest.raises(ResourceExhausted, match="max_media_bytes"):
