@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from omnimesh import AsyncClient, OmnimeshError, Reply
-from runtime.channels import channel_options
+from runtime.channels import open_channel
 from runtime.logs import request_id_var
 from http_front import audio, realtime, transcriptions
 from http_front.chat_input import chat_call
@@ -36,8 +36,9 @@ def create_app(gateway_addr: str, model_id: str = "", timeout_s: float | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        clients = [AsyncClient(gateway_addr, timeout=timeout_s, channel=gateway_channel(
-            gateway_addr, gateway_credentials, connections > 1)) for _ in range(connections)]  # in the server's loop
+        clients = [AsyncClient(gateway_addr, timeout=timeout_s, channel=open_channel(
+            gateway_addr, credentials=gateway_credentials, own_connection=connections > 1))
+            for _ in range(connections)]  # made here: in the server's event loop
         app.state.clients = itertools.cycle(clients)
         yield
         for c in clients:
@@ -92,15 +93,6 @@ async def _model_card(request: Request) -> dict:
     """Asks the gateway each time, so its API key check applies here too."""
     name = served_model_name(request.app.state, await client(request).info(api_key=api_key(request)))
     return {"id": name, "object": "model", "created": request.app.state.started, "owned_by": "omnimesh"}
-
-
-def gateway_channel(addr: str, credentials: grpc.ChannelCredentials | None, own_connection: bool) -> grpc.aio.Channel:
-    """A channel to the gateway; `own_connection`: on a connection no other channel shares (by default equal channels
-    share one), so that gateway processes on one port (`gateway.replicas`) each serve some of the front's calls."""
-    options = channel_options() + ([("grpc.use_local_subchannel_pool", 1)] if own_connection else [])
-    if credentials is None:
-        return grpc.aio.insecure_channel(addr, options=options)
-    return grpc.aio.secure_channel(addr, credentials, options=options)
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -38,11 +38,16 @@ def channel_options(max_message_bytes: int = 16 << 20) -> list[tuple[str, object
 
 
 def open_channel(target: str, max_message_bytes: int = 16 << 20, token: str = "",
-                 credentials: grpc.ChannelCredentials | None = None, authority: str = "") -> grpc.aio.Channel:
+                 credentials: grpc.ChannelCredentials | None = None, authority: str = "",
+                 own_connection: bool = False) -> grpc.aio.Channel:
     """An aio channel to a stage, TLS when given `credentials` (runtime/tls.py); `dns:///name:port` targets balance
     over every pod IP. `token`: the stage token every call carries (runtime/stage_auth.py). `authority`: the name
-    a target given as a pod IP answers to (its Service's), which its TLS certificate is checked against."""
+    a target given as a pod IP answers to (its Service's), which its TLS certificate is checked against.
+    `own_connection`: on connections no other channel of the process shares (by default equal channels share one),
+    so that processes sharing a port (gateway replicas) each serve some of a client's channels."""
     options, interceptors = channel_options(max_message_bytes), token_interceptors(token)
+    if own_connection:
+        options.append(("grpc.use_local_subchannel_pool", 1))
     if authority:
         options.append(("grpc.default_authority", authority))
         if credentials is not None:

@@ -7,11 +7,9 @@ import itertools
 import time
 from typing import Any
 
-import grpc
-
 from omnimesh import (AsyncClient, AudioDelta, AudioFailed, Done, InvalidArgument, ReasoningDelta, TextDelta,
                       Unimplemented)
-from runtime.channels import channel_options
+from runtime.channels import open_channel
 from gateway.cli.remote_bench.load import Record
 from gateway.cli.remote_bench.workloads import Request
 
@@ -36,9 +34,8 @@ class GrpcDriver:
     def connect(cls, addr: str, api_key: str | None, max_tokens: int, connections: int = 1) -> GrpcDriver:
         """Over `connections` connections, as that many clients would open them (gateway processes that share a port
         each serve the connections the kernel hands them)."""
-        own = [("grpc.use_local_subchannel_pool", 1)] if connections > 1 else []  # else equal channels share one
-        return cls([AsyncClient(addr, api_key=api_key, channel=grpc.aio.insecure_channel(
-            addr, options=channel_options() + own)) for _ in range(connections)], max_tokens)
+        return cls([AsyncClient(addr, api_key=api_key, channel=open_channel(addr, own_connection=connections > 1))
+                    for _ in range(connections)], max_tokens)
 
     async def send(self, request: Request, rec: Record) -> None:
         try:
