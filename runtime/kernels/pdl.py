@@ -8,8 +8,8 @@ then waits until the kernel before it has completed and its writes are visible (
 loads or stores anything: the order of every memory access between kernels is what it was without PDL, and only the
 launch overlaps. A neighbour launched without it (cuBLAS, torch) orders as always.
 
-Off by default until measured on the GPU (bench/kernels/NOTES.md): `OMNIMESH_PDL=1` turns it on in every process
-that reads it (the stages inherit `omnimesh up`'s environment).
+Off by default until measured on the GPU (bench/kernels/NOTES.md): `OMNIMESH_PDL=1` in a process's environment when
+it starts turns it on there (the stages inherit `omnimesh up`'s environment).
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 ENV = "OMNIMESH_PDL"
+# read once: a launch asks on every call (thousands an eager prefill step); the interpreter never takes it
+ENABLED = os.environ.get(ENV, "0") == "1" and os.environ.get("TRITON_INTERPRET", "0") != "1"
 FORCE = False  # the sm_90 compile check (tests/unit/kernels/compile_check.py) compiles the PDL variants on a CPU
 
 
@@ -65,8 +67,7 @@ def use_pdl(t: torch.Tensor) -> bool:
     """Whether a kernel on `t`'s device launches with PDL: asked for, and a CUDA device of sm_90 or later."""
     if FORCE:
         return True
-    return (os.environ.get(ENV, "0") == "1" and t.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1"
-            and _capable(t.device.index or 0))
+    return ENABLED and t.is_cuda and _capable(t.device.index or 0)
 
 
 def pdl_args(t: torch.Tensor) -> dict[str, Any]:

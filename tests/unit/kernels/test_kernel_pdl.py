@@ -9,7 +9,7 @@ pdl = pytest.importorskip("runtime.kernels.pdl", reason="needs triton")
 
 
 def test_a_cpu_tensor_never_launches_with_pdl_even_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(pdl.ENV, "1")
+    monkeypatch.setattr(pdl, "ENABLED", True)
     assert not pdl.use_pdl(torch.zeros(1))
     assert pdl.pdl_args(torch.zeros(1)) == {"PDL": False}
 

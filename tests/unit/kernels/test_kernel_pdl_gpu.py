@@ -101,7 +101,7 @@ def graphed(p: dict[str, torch.Tensor], args: tuple, use_pdl: bool, replays: int
 
 @pytest.mark.skipif(needs_cuda() and torch.cuda.get_device_capability() < (9, 0), reason="PDL needs sm_90")
 def test_a_graph_of_pdl_launches_gives_the_bytes_of_one_without(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(pdl.ENV, "0")  # PDL exactly where pdl.FORCE asks for it
+    monkeypatch.setattr(pdl, "ENABLED", False)  # PDL exactly where pdl.FORCE asks for it
     p, args = weights(0), inputs(1)
     plain = graphed(p, args, use_pdl=False, replays=2)
     with_pdl = graphed(p, args, use_pdl=True, replays=5)
