@@ -102,10 +102,14 @@ def prompt(i: int, words: int) -> SpeechPrompt:
     return SpeechPrompt(ids, VOICES[i % len(VOICES)])
 
 
-def full_batch(model: TalkerModel, batch: int, frames: int, fast: bool) -> tuple[TalkerRunner, list[TalkerState]]:
+def full_batch(model: TalkerModel, batch: int, frames: int, fast: bool, layered: bool = False
+               ) -> tuple[TalkerRunner, list[TalkerState]]:  # fmt: skip
     """`batch` rows started (their prefill done) and fed text for `frames` steps; codec EOS is suppressed so every
-    step runs every row."""
+    step runs every row. `layered`: the fast frame's code predictor runs layer by layer, not as persistent steps."""
     runner = TalkerRunner(model, batch, 32 + 9 + frames + 2, fast=fast, cuda_graphs=fast)
+    if layered:
+        assert runner.frames is not None
+        runner.frames.step.dense_rows = 0
     runner.capture_graphs()
     runner.suppress[model.cfg.tokens.codec_eos] = True
     states = [runner.start(prompt(i, 20), 500 + i, TalkerSampling(seed=i), max_frames=10**6) for i in range(batch)]
@@ -139,13 +143,14 @@ def routing(model: TalkerModel, mode: str, batches: list[int], frames: int) -> d
 
 
 def bench_talker(
-    model: TalkerModel, batch: int, warmup: int, steps: int, device: str, fast: bool
-) -> dict[str, float]:
+    model: TalkerModel, batch: int, warmup: int, steps: int, device: str, path: str
+) -> dict[str, Any]:
     """ms per `TalkerRunner.step` (code predictor for every row + one talker forward) at a fixed batch.
 
-    `fast`: the fused frame step replayed as CUDA graphs (the service's GPU path); else the reference loop.
+    `path` "graphs": the fused frame step replayed as CUDA graphs (the service's GPU path); "graphs-layered" the same
+    with the code predictor layer by layer (no persistent steps); "eager" the reference loop.
     """
-    runner, states = full_batch(model, batch, warmup + steps, fast)
+    runner, states = full_batch(model, batch, warmup + steps, path != "eager", path == "graphs-layered")
     for _ in range(warmup):
         runner.step(states)
     sync(device)
@@ -155,7 +160,7 @@ def bench_talker(
     sync(device)
     seconds = time.perf_counter() - start
     frames_per_s = batch * steps / seconds
-    return {"batch": batch, "path": "graphs" if fast else "eager", "ms_per_step": 1e3 * seconds / steps,
+    return {"batch": batch, "path": path, "ms_per_step": 1e3 * seconds / steps,
             "frames_per_s": frames_per_s,
             "audio_s_per_s": frames_per_s / FRAMES_PER_SECOND}  # fmt: skip
 
@@ -238,14 +243,19 @@ def provenance(device: str, args: argparse.Namespace) -> dict[str, Any]:
             "weights": "random", "workload": "talker step + code predictor; streaming Code2Wav"}  # fmt: skip
 
 
+PATHS = ("eager", "graphs", "graphs-layered")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="where to write the JSON results")
     parser.add_argument("--tiny", action="store_true", help="demo-checkpoint dims on CPU, fp32: a smoke test")
     parser.add_argument("--batches", type=int, nargs="+", default=None, help="talker batch sizes (default 1 8 32)")
     parser.add_argument("--steps", type=int, default=None, help="measured talker steps per batch size")
-    parser.add_argument("--paths", nargs="+", choices=("eager", "graphs"), default=None,
-                        help="talker step paths to time (default: both on CUDA, eager on CPU)")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=None,
+                        help="talker step paths to time (default: eager and graphs on CUDA, eager on CPU); "
+                             "graphs-layered: graphs with the code predictor layer by layer")
+    parser.add_argument("--frames-only", action="store_true", help="time the frames only: no prefill or Code2Wav")
     parser.add_argument("--routing", choices=ROUTING_MODES, default="balanced",
                         help="balanced (default): the routers calibrated to spread a batch as a trained model's do "
                              "(bench/moe_routing.py); native: the drawn weights' own routing")
@@ -254,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
     dtype = torch.float32 if args.tiny else torch.bfloat16
     cfg = parse_talker_config(demo_config() if args.tiny else real_config())
-    paths = [p == "graphs" for p in (args.paths or (["eager"] if device == "cpu" else ["eager", "graphs"]))]
+    paths = args.paths or (["eager"] if device == "cpu" else ["eager", "graphs"])
     batches = args.batches or ([1, 2] if args.tiny else [1, 8, 32])
     steps = args.steps or (3 if args.tiny else 50)
     torch.manual_seed(0)
@@ -264,10 +274,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else None
         routed = routing(model, args.routing, batches, 4 if args.tiny else 16)
         warmup = 2 if args.tiny else 10
-        talker = [bench_talker(model, b, warmup, steps, device, fast) for b in batches for fast in paths]
-        prefill = [bench_prefill(model, b, 20, 3 if args.tiny else 10, device, fast) for b in batches for fast in paths]
+        talker = [bench_talker(model, b, warmup, steps, device, path) for b in batches for path in paths]
+        prefill_paths = [] if args.frames_only else [p == "graphs" for p in paths if p != "graphs-layered"]
+        prefill = [bench_prefill(model, b, 20, 3 if args.tiny else 10, device, fast) for b in batches
+                   for fast in prefill_paths]  # fmt: skip
         chunks = 2 if args.tiny else 8
-        code2wav = [bench_code2wav(model, b, c, 11, chunks, device) for b in batches for c in (4, 25)]
+        code2wav = [] if args.frames_only else [bench_code2wav(model, b, c, 11, chunks, device) for b in batches
+                                                for c in (4, 25)]  # fmt: skip
     result = {**provenance(device, args), "dtype": str(dtype), "dims": asdict(cfg.lm), "routing": routed,
               "routing_calibration": calibration, "talker": talker,
               "prefill": prefill, "code2wav": code2wav}  # fmt: skip

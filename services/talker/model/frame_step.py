@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from runtime.attention import allocate_kv_cache
 from runtime.kernels import fused_add_rmsnorm, paged_attention
 from runtime.kernels.activation import silu_mul
+from runtime.kernels.dense_step import DENSE_STEP_MAX_TOKENS, DenseStepBuffers, dense_step
 from runtime.kernels.fused_moe import routed_moe
 from runtime.kernels.rmsnorm import fused_add_rmsnorm_router, qk_norm_rope_cache
 from runtime.kernels.skinny_gemm import skinny_linear
@@ -55,6 +56,10 @@ PREDICTOR_BLOCK = 32  # code-predictor positions a row may use in one frame (tal
 # down 7.6 / 5.9 (`bench_skinny_gemm.py --rows 1,8`, results/2026-11-30-skinny-gemm-h200.json). q/k/v, gate/up and
 # the heads stay in cuBLAS, which is 5-15% faster there.
 SKINNY_ROWS = 8
+# Up to this many rows the code predictor's 15 steps each run as one persistent launch (runtime/kernels/dense_step.py,
+# every layer, the final norm and the head) instead of ~50 launch-bound kernels; its first step carries two positions
+# a row, and the launch at most DENSE_STEP_MAX_TOKENS.
+DENSE_ROWS = DENSE_STEP_MAX_TOKENS // 2
 
 
 def frame_mode(samplings: Iterable[TalkerSampling]) -> Mode:
@@ -147,6 +152,8 @@ class _BatchPlan:
     predictor_tables: torch.Tensor  # (B, 1) int32: row b's predictor block
     decode_cu_seqlens: torch.Tensor  # (B + 1,) int32: one talker query per row
     seen_marks: torch.Tensor  # (B,) bool, all True: what a frame writes into the seen-codes table
+    predictor_logits: torch.Tensor  # (B, codebook size) float32: the persistent predictor step's output
+    groups: torch.Tensor  # (1, G-1) long: 0..G-2, the embedding table of each predicted codebook
 
 
 @dataclass(frozen=True)
@@ -187,7 +194,9 @@ class _Picker:
 class FrameStep:
     """Holds the fused weights and reads/writes the runner's slot tables; `__call__` runs one frame for a batch."""
 
-    def __init__(self, model: TalkerModel, kv: KVPool, tables: SlotTables, suppress: torch.Tensor) -> None:
+    def __init__(self, model: TalkerModel, kv: KVPool, tables: SlotTables, suppress: torch.Tensor,
+                 dense_rows: int = DENSE_ROWS) -> None:  # fmt: skip
+        """`dense_rows`: batches up to this many rows run the predictor's steps as persistent launches (0: never)."""
         self.model = model
         self.kv = kv
         self.tables = tables
@@ -197,7 +206,7 @@ class FrameStep:
         pcfg = model.cfg.code_predictor
         if pcfg.num_code_groups + 1 > PREDICTOR_BLOCK:
             raise ValueError(f"{pcfg.num_code_groups} code groups need more than {PREDICTOR_BLOCK} predictor positions")
-        self.predictor_kv = allocate_kv_cache(len(self.predictor), kv.num_slots + 1, PREDICTOR_BLOCK,
+        self.predictor_kv = allocate_kv_cache(len(self.predictor.layers), kv.num_slots + 1, PREDICTOR_BLOCK,
                                               pcfg.num_kv_heads, pcfg.head_dim, model.dtype, model.device)
         # every slot's fixed run of talker KV blocks, so a frame's block tables are one gather
         self.block_tables = kv.block_tables(torch.arange(kv.num_slots + 1, device=model.device))
@@ -205,6 +214,10 @@ class FrameStep:
         self.predictor_rope = rope_cos_sin(torch.arange(PREDICTOR_BLOCK, device=model.device),
                                            model.predictor.inv_freq, model.dtype)
         self.linear = DecodeLinear(model.device.type == "cuda")
+        if not 0 <= dense_rows <= DENSE_ROWS:
+            raise ValueError(f"FrameStep dense_rows={dense_rows}: must be in 0..{DENSE_ROWS}")
+        self.dense_rows = dense_rows
+        self.dense = DenseStepBuffers.allocate(self.predictor.stack, dense_rows, PREDICTOR_BLOCK) if dense_rows else None
         self._plans: dict[int, _BatchPlan] = {}
 
     def __call__(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
@@ -247,8 +260,11 @@ class FrameStep:
                 torch.arange(0, (batch + 1) * steps, steps, dtype=torch.int32, device=dev),
             ))  # fmt: skip
             start += steps
+        pcfg = self.model.cfg.code_predictor
         return _BatchPlan(steps_list, rows[:, None], torch.arange(batch + 1, dtype=torch.int32, device=dev),
-                          torch.ones(batch, dtype=torch.bool, device=dev))
+                          torch.ones(batch, dtype=torch.bool, device=dev),
+                          torch.zeros(batch, pcfg.vocab_size, device=dev),
+                          torch.arange(pcfg.num_code_groups - 1, device=dev)[None])
 
     # --- code predictor ----------------------------------------------------------------------------------------
 
@@ -257,8 +273,10 @@ class FrameStep:
         noise: torch.Tensor, mode: Mode,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Codebooks 1..G-1 `(B, G-1)` and the sum of the frame's G embeddings `(B, hidden)` (CodePredictor.predict)."""
-        predictor = self.model.predictor
         picker = _Picker.build(knobs, (PRED_TEMPERATURE, PRED_TOP_K, PRED_TOP_P), mode)
+        if self.dense is not None and past.shape[0] <= self.dense_rows:
+            return self._predict_dense(plan, past, code0_embed, picker, noise, mode)
+        predictor = self.model.predictor
         x = torch.stack((past, code0_embed), dim=1)  # (B, 2, hidden): position 0 the talker state, 1 code 0
         embeds, codes = [code0_embed], []
         for g, step in enumerate(plan.predictor, start=1):
@@ -270,6 +288,28 @@ class FrameStep:
             x = embeds[-1][:, None]
         return torch.stack(codes, dim=1), torch.stack(embeds, dim=1).sum(dim=1)
 
+    def _predict_dense(
+        self, plan: _BatchPlan, past: torch.Tensor, code0_embed: torch.Tensor, picker: _Picker, noise: torch.Tensor,
+        mode: Mode,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_predict` with each step one persistent launch; its input is written straight into the step's buffer."""
+        batch, dim = past.shape
+        buffers, weights, heads = self.dense, self.predictor, self.model.predictor.lm_head
+        assert buffers is not None
+        cos, sin = self.predictor_rope
+        torch.stack((past, code0_embed), dim=1, out=buffers.s0[:2 * batch].view(batch, 2, dim))
+        codes, start = [], 0
+        for g in range(1, self.model.cfg.num_code_groups):
+            steps = 2 if g == 1 else 1
+            dense_step(weights.stack, heads[g - 1].weight, buffers, batch, steps, start, cos, sin, plan.predictor_logits)
+            start += steps
+            codes.append(picker(plan.predictor_logits, None if mode == "greedy" else noise[:, g - 1]))
+            if g < len(heads):
+                torch.index_select(weights.embeddings[g - 1], 0, codes[-1], out=buffers.s0[:batch])
+        stacked = torch.stack(codes, dim=1)
+        embeds = torch.cat((code0_embed[:, None], weights.embeddings[plan.groups, stacked]), dim=1)
+        return stacked, embeds.sum(dim=1)  # one rounding of the G embeddings' sum, as `_predict`
+
     def _predictor_forward(self, x: torch.Tensor, step: _PredictorStep, block_tables: torch.Tensor) -> torch.Tensor:
         """x `(B, T, hidden)` at the step's positions (every row alike) -> the last position's normed state.
 
@@ -279,7 +319,7 @@ class FrameStep:
         batch, steps, dim = x.shape
         predictor = self.model.predictor
         h, residual = x.reshape(batch * steps, dim), None
-        for w, kv_cache in zip(self.predictor, self.predictor_kv):
+        for w, kv_cache in zip(self.predictor.layers, self.predictor_kv):
             a = w.attn
             normed, residual = fused_add_rmsnorm(h, residual, a.input_norm, a.eps)
             q = _attention_query(normed, a, step.cos, step.sin, kv_cache, step.slots)

@@ -7,12 +7,15 @@ weight at its rows of the concatenation, so nothing is stored twice.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from runtime.kernels.dense_step import DenseStack
+
 from services.talker.model.code_predictor import CodePredictor, PredictorLayer
-from services.talker.model.layers import QKNormAttention, SwiGLU
+from services.talker.model.layers import QKNormAttention
 from services.talker.model.talker_lm import TalkerLayer, TalkerLM
 
 
@@ -28,12 +31,24 @@ def fuse_linears(linears: list[nn.Linear], row_multiple: int = 1) -> torch.Tenso
     rows = sum(w.shape[0] for w in weights)
     padding = -rows % row_multiple
     fused = torch.cat(weights + [weights[0].new_zeros(padding, weights[0].shape[1])])
+    _repoint(linears, fused)
+    return fused
+
+
+def stack_layers(groups: list[list[nn.Module]]) -> torch.Tensor:
+    """`[L, rows, ...]`: group l's weights concatenated row-wise at index l, each weight made a view of its rows."""
+    stacked = torch.stack([torch.cat([m.weight.detach() for m in group]) for group in groups])
+    for group, layer in zip(groups, stacked):
+        _repoint(group, layer)
+    return stacked
+
+
+def _repoint(modules: list[nn.Module], fused: torch.Tensor) -> None:
     start = 0
-    for m in linears:
+    for m in modules:
         rows = m.weight.shape[0]
         m.weight = nn.Parameter(fused[start:start + rows], requires_grad=False)
         start += rows
-    return fused
 
 
 @dataclass(frozen=True)
@@ -86,17 +101,32 @@ def _attention(attn: QKNormAttention, input_norm: nn.Module, post_norm: nn.Modul
     )  # fmt: skip
 
 
-def _swiglu_gate_up(mlp: SwiGLU) -> torch.Tensor:
-    return fuse_linears([mlp.gate_proj, mlp.up_proj])
+class PredictorWeights(NamedTuple):
+    layers: list[DenseLayerWeights]  # views of `stack`'s
+    stack: DenseStack  # every layer's weights stacked, as the persistent step reads them
+    embeddings: torch.Tensor  # [G-1, V, H]: codec_embedding[g - 1] at g - 1
 
 
-def predictor_weights(predictor: CodePredictor) -> list[DenseLayerWeights]:
+def predictor_weights(predictor: CodePredictor) -> PredictorWeights:
+    """The predictor's weights stacked by layer (its modules re-pointed at the stacks: nothing is stored twice)."""
     layers: list[PredictorLayer] = list(predictor.layers)  # type: ignore[arg-type]
-    return [
-        DenseLayerWeights(_attention(layer.self_attn, layer.input_layernorm, layer.post_attention_layernorm),
-                          _swiglu_gate_up(layer.mlp), layer.mlp.down_proj.weight)
-        for layer in layers
+    attn = [layer.self_attn for layer in layers]
+    qkv = stack_layers([[a.q_proj, a.k_proj, a.v_proj] for a in attn])
+    o = stack_layers([[a.o_proj] for a in attn])
+    q_norm, k_norm = stack_layers([[a.q_norm] for a in attn]), stack_layers([[a.k_norm] for a in attn])
+    input_norm = stack_layers([[layer.input_layernorm] for layer in layers])
+    post_norm = stack_layers([[layer.post_attention_layernorm] for layer in layers])
+    gate_up = stack_layers([[layer.mlp.gate_proj, layer.mlp.up_proj] for layer in layers])
+    down = stack_layers([[layer.mlp.down_proj] for layer in layers])
+    a = attn[0]
+    per_layer = [
+        DenseLayerWeights(AttentionWeights(input_norm[i], qkv[i], q_norm[i], k_norm[i], o[i], post_norm[i],
+                                           a.q_norm.eps, a.num_heads, a.num_kv_heads, a.head_dim), gate_up[i], down[i])
+        for i in range(len(layers))
     ]  # fmt: skip
+    stack = DenseStack(qkv, o, gate_up, down, input_norm, post_norm, q_norm, k_norm, predictor.norm.weight,
+                       a.num_heads, a.num_kv_heads, a.head_dim, a.q_norm.eps)
+    return PredictorWeights(per_layer, stack, stack_layers([[e] for e in predictor.codec_embedding]))
 
 
 def talker_weights(lm: TalkerLM) -> list[MoELayerWeights]:
