@@ -150,6 +150,24 @@ def compile_deltanet_parts() -> None:
                                torch.zeros(3, 8192, 3, dtype=BF16), rows, rows)
 
 
+def compile_dense_step() -> None:
+    """The code predictor's persistent step (5 layers of hidden 1024, 16/8 heads of 128, SwiGLU 3072, a 2048-id
+    head): one row of two positions, 16 rows of one (the MMA tile's 16 rows), 16 of two (32 rows)."""
+    from runtime.kernels.dense_step import DenseStack, DenseStepBuffers, default_tiling
+    from runtime.kernels.dense_step_triton import launch_dense_step
+
+    layers, hidden, heads, kv_heads, d, inter, vocab, positions = 5, 1024, 16, 8, 128, 3072, 2048, 32
+    e = lambda *shape: torch.zeros(*shape, dtype=BF16)  # noqa: E731
+    stack = DenseStack(e(layers, (heads + 2 * kv_heads) * d, hidden), e(layers, hidden, heads * d),
+                       e(layers, 2 * inter, hidden), e(layers, hidden, inter), e(layers, hidden), e(layers, hidden),
+                       e(layers, d), e(layers, d), e(hidden), heads, kv_heads, d, 1e-6)  # fmt: skip
+    head = e(vocab, hidden)
+    buffers = DenseStepBuffers.allocate(stack, 16, positions)
+    for batch, steps in ((1, 2), (16, 1), (16, 2)):
+        launch_dense_step(stack, head, buffers, batch, steps, 0, e(positions, d), e(positions, d),
+                          torch.zeros(batch, vocab), default_tiling(stack, head), programs=128)
+
+
 def compile_pdl_variants() -> list[str]:
     """The decode-path kernels launched with programmatic dependent launch (runtime/kernels/pdl.py): each compiled
     with the launch attribute, and its PTX opening with griddepcontrol's launch_dependents then wait (the skinny
@@ -197,7 +215,8 @@ if __name__ == "__main__":
     install()
     torch.set_num_threads(1)
     failures = []
-    for check in (compile_moe, compile_attention, compile_norms, compile_deltanet_parts, compile_pdl_variants):
+    for check in (compile_moe, compile_attention, compile_norms, compile_deltanet_parts, compile_dense_step,
+                  compile_pdl_variants):
         try:
             failures += check() or []
         except Exception as exc:  # noqa: BLE001  report every family, then fail

@@ -260,6 +260,38 @@ def check_fla_decode_in_place() -> None:
     assert rel_err(got, step.out) < 1e-5 and rel_err(states, want_states) < 1e-5
 
 
+def check_dense_step(dtype: torch.dtype) -> None:
+    """The persistent dense step's phases (one launch each: the interpreter runs programs in turn, where a grid
+    barrier would never open) over a frame's steps whose cache grows, against the reference; 3 programs share out
+    every phase's tiles and (row, kv head) items."""
+    from runtime.kernels.dense_step import DenseStack, DenseStepBuffers, default_tiling, dense_step_reference
+    from runtime.kernels.dense_step_triton import launch_dense_step
+
+    gen = torch.Generator().manual_seed(5)
+    layers, hidden, heads, kv_heads, d, inter, vocab, positions = 2, 64, 4, 2, 16, 96, 48, 32
+    w = lambda *shape: (torch.randn(*shape, generator=gen) * 0.2).to(dtype)  # noqa: E731
+    stack = DenseStack(w(layers, (heads + 2 * kv_heads) * d, hidden), w(layers, hidden, heads * d),
+                       w(layers, 2 * inter, hidden), w(layers, hidden, inter), 1 + w(layers, hidden),
+                       1 + w(layers, hidden), 1 + w(layers, d), 1 + w(layers, d), 1 + w(hidden), heads, kv_heads, d,
+                       1e-6)  # fmt: skip
+    head = w(vocab, hidden)
+    angles = torch.arange(positions).float()[:, None] / (100 ** (torch.arange(0, d, 2).float() / d))
+    cos, sin = torch.cat((angles, angles), -1).cos().to(dtype), torch.cat((angles, angles), -1).sin().to(dtype)
+    batch, start = 3, 0
+    got, want = DenseStepBuffers.allocate(stack, 4, positions), DenseStepBuffers.allocate(stack, 4, positions)
+    for steps in (2, 1, 1):
+        x = torch.randn(batch * steps, hidden, generator=gen).to(dtype)
+        got.s0[:batch * steps], want.s0[:batch * steps] = x, x
+        logits = torch.zeros(batch, vocab)
+        launch_dense_step(stack, head, got, batch, steps, start, cos, sin, logits, default_tiling(stack, head),
+                          sync=False, programs=3)
+        reference = dense_step_reference(stack, head, want, batch, steps, start, cos, sin)
+        tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+        assert rel_err(logits, reference) < tolerance, (dtype, steps, rel_err(logits, reference))
+        assert rel_err(got.cache, want.cache) < tolerance
+        start += steps
+
+
 if __name__ == "__main__":
     patch_numpy_scalars()
     torch.set_num_threads(1)  # tiny shapes: threads only contend on a shared CPU
@@ -269,6 +301,7 @@ if __name__ == "__main__":
         check_attention(dtype)
         check_norms(dtype)
         check_deltanet_parts(dtype)
+        check_dense_step(dtype)
     if importlib.util.find_spec("fla") is not None:
         check_fla_decode_in_place()
     print("interpreter checks passed")
