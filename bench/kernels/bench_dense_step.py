@@ -19,8 +19,9 @@ import torch
 from runtime.kernels.dense_step import DenseStepBuffers, Tiling, default_tiling, dense_step
 from tests.unit.kernels.test_kernel_dense_step_gpu import POSITIONS, frame_inputs, predictor_like
 
-TILINGS = [Tiling(32, 16, 128), Tiling(32, 16, 256), Tiling(32, 16, 128, num_stages=3), Tiling(16, 16, 128),
-           Tiling(64, 16, 128), Tiling(32, 32, 128)]
+TILINGS = [Tiling(32, 16, 128, num_stages=3, prefetch=False), Tiling(32, 16, 128, num_stages=3),
+           Tiling(32, 16, 128), Tiling(32, 16, 128, num_stages=4), Tiling(32, 16, 256, num_stages=3),
+           Tiling(32, 16, 64, num_stages=4), Tiling(16, 16, 128, num_stages=3), Tiling(64, 16, 128, num_stages=3)]
 
 
 def frame_us(stack, heads, cos, sin, rows: int, persistent: bool, tiling: Tiling, repeats: int) -> float:  # noqa: ANN001

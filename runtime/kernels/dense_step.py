@@ -118,6 +118,7 @@ class Tiling(NamedTuple):
     # 8 warps: at 4 the attention phase's tiles pushed ptxas past 255 registers into spills (sm_90 compile check)
     num_warps: int = 8
     num_stages: int = 2
+    prefetch: bool = True  # each phase streams the next one's weights into L2 (dense_step_triton._prefetch_next)
 
 
 def default_tiling(stack: DenseStack, head: torch.Tensor) -> Tiling | None:
@@ -132,7 +133,7 @@ def default_tiling(stack: DenseStack, head: torch.Tensor) -> Tiling | None:
     narrow_ok = hidden % 16 == 0 and head.shape[0] % 16 == 0
     if block_k < MIN_BLOCK_K or not wide_ok or not narrow_ok or d != next_power_of_2(d) or d < 4:
         return None
-    return Tiling(32, 16, block_k)
+    return Tiling(32, 16, block_k, num_stages=3)
 
 
 def _check(stack: DenseStack, head: torch.Tensor, buffers: DenseStepBuffers, batch: int, steps: int, start: int,

@@ -24,6 +24,7 @@ launch per phase (the interpreter runs programs one after another, where a barri
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
@@ -32,6 +33,9 @@ import triton.language as tl
 from runtime.kernels._backend import next_power_of_2
 from runtime.kernels.dense_step import DenseStack, DenseStepBuffers, Tiling
 from runtime.kernels.paged_attention_triton import num_sms
+from runtime.kernels.pdl import prefetch_l2_span
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # no inline PTX (the L2 prefetch) there
 
 PHASES_PER_LAYER = 5
 # the jitted kernel reads module globals only as constexprs
@@ -57,7 +61,7 @@ def _row_rstd(row_ptrs, row_ok, eps, K: tl.constexpr, ROWS: tl.constexpr, BLOCK_
     """1 / rms of each row's K values, in fp32."""
     offs_k = tl.arange(0, BLOCK_K)
     squares = tl.zeros([ROWS], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in tl.static_range(0, K, BLOCK_K):  # unrolled: the loads go out together, not one latency each
         a = tl.load(row_ptrs[:, None] + k0 + offs_k[None, :], mask=row_ok[:, None], other=0.0,
                     cache_modifier=".cg").to(tl.float32)
         squares += tl.sum(a * a, axis=1)
@@ -98,6 +102,30 @@ def _linear(
                          cache_modifier=".cg").to(tl.float32)
         out = out_ptrs[:, None] + cols[None, :]
         tl.store(out, y.to(dt).to(out.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _prefetch_next(
+    layer, kind, w_qkv, w_o, w_gate_up, w_down, w_head, pid, nprog,
+    LAYERS: tl.constexpr, H: tl.constexpr, WIDTH: tl.constexpr, HQD: tl.constexpr, INTER: tl.constexpr,
+    VOCAB: tl.constexpr, LINES: tl.constexpr,
+):
+    """The next weighted phase's weights into L2 (qkv: o; o: gate/up; gate/up: down; down: the next layer's qkv or
+    the head; the head: layer 0's qkv, for the next step's launch), so a phase reads its weights from L2 and the
+    HBM stream runs under the phase before rather than after its barrier. Attention has no weights to wait for."""
+    if layer == LAYERS:
+        prefetch_l2_span(w_qkv, WIDTH * H, pid, nprog, LINES)
+    elif kind == QKV:
+        prefetch_l2_span(w_o + layer.to(tl.int64) * H * HQD, H * HQD, pid, nprog, LINES)
+    elif kind == O_PROJ:
+        prefetch_l2_span(w_gate_up + layer.to(tl.int64) * 2 * INTER * H, 2 * INTER * H, pid, nprog, LINES)
+    elif kind == GATE_UP:
+        prefetch_l2_span(w_down + layer.to(tl.int64) * H * INTER, H * INTER, pid, nprog, LINES)
+    elif kind != ATTN:
+        if layer + 1 < LAYERS:
+            prefetch_l2_span(w_qkv + (layer + 1).to(tl.int64) * WIDTH * H, WIDTH * H, pid, nprog, LINES)
+        else:
+            prefetch_l2_span(w_head, VOCAB * H, pid, nprog, LINES)
 
 
 @triton.jit
@@ -177,7 +205,7 @@ def dense_step_kernel(
     LAYERS: tl.constexpr, H: tl.constexpr, HQ: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
     INTER: tl.constexpr, VOCAB: tl.constexpr, P: tl.constexpr, STEPS: tl.constexpr, ROWS: tl.constexpr,
     BLOCK_N_WIDE: tl.constexpr, BLOCK_N_NARROW: tl.constexpr, BLOCK_K: tl.constexpr,
-    LAYER_PHASES: tl.constexpr, SYNC: tl.constexpr, PRECISION: tl.constexpr,
+    LAYER_PHASES: tl.constexpr, SYNC: tl.constexpr, PREFETCH: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Phases [phase_lo, phase_hi) of a step of `batch` rows, STEPS new positions each from `start` (token m =
     row * STEPS + position, M = batch * STEPS <= ROWS), the step's input in s0 [M, H]; see the module docstring.
@@ -194,6 +222,9 @@ def dense_step_kernel(
     for phase in range(phase_lo, phase_hi):
         layer = phase // LAYER_PHASES
         kind = phase - layer * LAYER_PHASES
+        if PREFETCH:
+            _prefetch_next(layer, kind, w_qkv, w_o, w_gate_up, w_down, w_head, pid, nprog,
+                           LAYERS, H, width, HQ * D, INTER, VOCAB, 256)
         if layer == LAYERS:  # each row's last position through the final norm and the head
             last = s0_ptr + (rows * STEPS + STEPS - 1) * H
             _linear(last, rows < batch, final_norm, eps, w_head, logits_ptr + rows * VOCAB, last, pid, nprog,
@@ -253,6 +284,7 @@ def launch_dense_step(
             LAYERS=stack.layers, H=hidden, HQ=heads, KVH=kv_heads, D=d, INTER=inter, VOCAB=head.shape[0],
             P=buffers.positions, STEPS=steps, ROWS=max(16, next_power_of_2(batch * steps)),
             BLOCK_N_WIDE=tiling.block_n_wide, BLOCK_N_NARROW=tiling.block_n_narrow, BLOCK_K=tiling.block_k,
-            LAYER_PHASES=PHASES_PER_LAYER, SYNC=sync, PRECISION="ieee" if buffers.s0.dtype == torch.float32 else "tf32",
+            LAYER_PHASES=PHASES_PER_LAYER, SYNC=sync, PREFETCH=tiling.prefetch and not INTERPRETED,
+            PRECISION="ieee" if buffers.s0.dtype == torch.float32 else "tf32",
             num_warps=tiling.num_warps, num_stages=tiling.num_stages,
         )  # fmt: skip
