@@ -19,9 +19,10 @@ import torch
 from runtime.kernels.dense_step import DenseStepBuffers, Tiling, default_tiling, dense_step
 from tests.unit.kernels.test_kernel_dense_step_gpu import POSITIONS, frame_inputs, predictor_like
 
-TILINGS = [Tiling(32, 16, 128, num_stages=3, prefetch=False), Tiling(32, 16, 128, num_stages=3),
-           Tiling(32, 16, 128), Tiling(32, 16, 128, num_stages=4), Tiling(32, 16, 256, num_stages=3),
-           Tiling(32, 16, 64, num_stages=4), Tiling(16, 16, 128, num_stages=3), Tiling(64, 16, 128, num_stages=3)]
+TILINGS = [Tiling(32, 16, 128, num_stages=3), Tiling(32, 16, 128, num_stages=3, split_narrow=2),
+           Tiling(32, 16, 128, num_stages=3, split_narrow=4), Tiling(32, 16, 128, num_stages=3, split_narrow=2,
+                                                                       prefetch=False),
+           Tiling(32, 16, 64, num_stages=4, split_narrow=2), Tiling(64, 16, 128, num_stages=3, split_narrow=2)]
 
 
 def frame_us(stack, heads, cos, sin, rows: int, persistent: bool, tiling: Tiling, repeats: int) -> float:  # noqa: ANN001
@@ -55,6 +56,34 @@ def frame_us(stack, heads, cos, sin, rows: int, persistent: bool, tiling: Tiling
     return statistics.median(times)
 
 
+def phase_us(stack, heads, cos, sin, rows: int, tiling: Tiling, repeats: int) -> list[float]:  # noqa: ANN001
+    """Median device microseconds of each phase (launched one per phase, as the profiler sees kernels), over the
+    frame's 15 steps and `repeats` frames: where a persistent step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    buffers = DenseStepBuffers.allocate(stack, 16, POSITIONS)
+    inputs = frame_inputs(rows, seed=rows)
+    logits = torch.empty(rows, heads[0].shape[0], device="cuda")
+
+    def run() -> None:
+        start = 0
+        for head, x in zip(heads, inputs):
+            buffers.s0[:rows * x.shape[1]].copy_(x.reshape(rows * x.shape[1], -1))
+            dense_step(stack, head, buffers, rows, x.shape[1], start, cos, sin, logits, False, tiling)
+            start += x.shape[1]
+
+    run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            run()
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA" and "dense_step" in e.name),
+                     key=lambda e: e.time_range.start)
+    phases = stack.layers * 5 + 1
+    return [statistics.median(e.time_range.elapsed_us() for e in kernels[p::phases]) for p in range(phases)]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -62,6 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--copy-gbs", type=float, default=3000.0, help="the card's measured copy bandwidth, GB/s")
     parser.add_argument("--sweep", action="store_true", help="every tiling of TILINGS, not only the default")
+    parser.add_argument("--profile", action="store_true", help="also each phase's time, launched one per phase")
     args = parser.parse_args(argv)
     stack, heads, cos, sin = predictor_like(0)
     weight_bytes = sum(t.numel() * t.element_size() for t in stack[:4]) + heads[0].numel() * 2
@@ -78,8 +108,18 @@ def main(argv: list[str] | None = None) -> dict:
                     continue
                 runs.append({"rows": rows, "tiling": tiling._asdict(), "persistent": persistent, "us_per_step": us})
                 print(rows, tiling, "persistent" if persistent else "phases", f"{us:.1f} us/step", flush=True)
+    profiles = {}
+    if args.profile:
+        names = [f"{layer}.{kind}" for layer in range(stack.layers) for kind in ("qkv", "attn", "o", "gate_up", "down")]
+        for rows in args.rows:
+            for split in (1, 2):
+                tiling = default_tiling(stack, heads[0])._replace(split_narrow=split)
+                us = dict(zip(names + ["head"], phase_us(stack, heads, cos, sin, rows, tiling, 10)))
+                profiles[f"rows {rows}, split {split}"] = us
+                print(rows, split, "phases us:", {k: round(v, 1) for k, v in us.items()}, flush=True)
     result = {"device": torch.cuda.get_device_name(), "command": " ".join(sys.argv),
-              "weight_bytes_per_step": weight_bytes, "floor_us": weight_bytes / args.copy_gbs / 1e3, "runs": runs}
+              "weight_bytes_per_step": weight_bytes, "floor_us": weight_bytes / args.copy_gbs / 1e3, "runs": runs,
+              "phase_us": profiles}
     args.out.write_text(json.dumps(result, indent=2))
     return result
 

@@ -6,7 +6,7 @@
 source bench/device_setup.sh /tmp/dense-gpu > /dev/null
 timeout 200 python3 -m pytest -q -p no:randomly -p no:cacheprovider tests/unit/kernels/test_kernel_dense_step_gpu.py \
   tests/unit/talker/test_frame_step.py 2>&1 | tail -4
-timeout 150 python3 bench/kernels/bench_dense_step.py --sweep --rows 1 16 --out $OUT/dense-step-sweep.json \
+timeout 150 python3 bench/kernels/bench_dense_step.py --sweep --profile --rows 1 16 --out $OUT/dense-step-sweep.json \
   2>&1 | grep -v Warning | tail -40
 timeout 220 python3 bench/talker/bench_talker.py --frames-only --batches 1 8 16 --paths graphs graphs-layered \
   --out $OUT/talker-dense.json > $OUT/talker-dense.log 2>&1; echo "talker rc $?"

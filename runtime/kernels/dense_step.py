@@ -22,6 +22,7 @@ __all__ = ["DENSE_STEP_MAX_TOKENS", "DenseStack", "DenseStepBuffers", "Tiling", 
 
 DENSE_STEP_MAX_TOKENS = 32  # rows x positions a step may carry: the linears pad them to one MMA tile of <= 32 rows
 MIN_BLOCK_K = 16
+MAX_SPLIT = 4  # Tiling.split_narrow's bound: the partials buffer holds this many
 
 
 class DenseStack(NamedTuple):
@@ -65,7 +66,8 @@ class DenseStepBuffers:
     attn: torch.Tensor  # [max_tokens, Hq D]
     act: torch.Tensor  # [max_tokens, I]
     cache: torch.Tensor  # [L, 2, max_rows, Hkv, positions, D]
-    counter: torch.Tensor  # int32 [2]: the persistent launch's barrier, zero between launches
+    counter: torch.Tensor  # int32 [2 + H]: the persistent launch's barrier, then split-K arrivals; zero between
+    parts: torch.Tensor  # fp32 [MAX_SPLIT, DENSE_STEP_MAX_TOKENS, H]: split-K partials (Tiling.split_narrow)
 
     @classmethod
     def allocate(cls, stack: DenseStack, max_rows: int, positions: int) -> DenseStepBuffers:
@@ -76,7 +78,8 @@ class DenseStepBuffers:
         return cls(empty(tokens, stack.hidden), empty(tokens, stack.hidden), empty(tokens, w.shape[1]),
                    empty(tokens, heads * d), empty(tokens, stack.intermediate),
                    empty(stack.layers, 2, max_rows, kv_heads, positions, d),
-                   torch.zeros(2, dtype=torch.int32, device=w.device))
+                   torch.zeros(2 + stack.hidden, dtype=torch.int32, device=w.device),
+                   torch.empty(MAX_SPLIT * DENSE_STEP_MAX_TOKENS * stack.hidden, dtype=torch.float32, device=w.device))
 
     @property
     def max_rows(self) -> int:
@@ -105,8 +108,12 @@ def dense_step(
     if use_triton(buffers.s0, head) and dense_step_fits(stack, head, batch, steps):
         from runtime.kernels.dense_step_triton import launch_dense_step  # imports triton
 
-        launch_dense_step(stack, head, buffers, batch, steps, start, cos, sin, logits,
-                          tiling or default_tiling(stack, head), sync=persistent)
+        tiling = tiling or default_tiling(stack, head)
+        spans = (stack.num_heads * stack.head_dim // tiling.split_narrow, stack.intermediate // tiling.split_narrow)
+        if not 1 <= tiling.split_narrow <= MAX_SPLIT or any(k % tiling.block_k for k in spans):
+            raise ValueError(f"dense_step: split_narrow={tiling.split_narrow} must be in 1..{MAX_SPLIT} and leave "
+                             f"K ranges ({spans}) that are multiples of block_k={tiling.block_k}")
+        launch_dense_step(stack, head, buffers, batch, steps, start, cos, sin, logits, tiling, sync=persistent)
         return
     logits.copy_(dense_step_reference(stack, head, buffers, batch, steps, start, cos, sin))
 
@@ -118,6 +125,7 @@ class Tiling(NamedTuple):
     # 8 warps: at 4 the attention phase's tiles pushed ptxas past 255 registers into spills (sm_90 compile check)
     num_warps: int = 8
     num_stages: int = 2
+    split_narrow: int = 1  # programs sharing each o_proj / down tile's K range (fp32 partials, the last adds them)
     prefetch: bool = True  # each phase streams the next one's weights into L2 (dense_step_triton._prefetch_next)
 
 

@@ -70,22 +70,30 @@ def _row_rstd(row_ptrs, row_ok, eps, K: tl.constexpr, ROWS: tl.constexpr, BLOCK_
 
 @triton.jit
 def _linear(
-    row_ptrs, row_ok, norm_ptr, eps, w_ptr, out_ptrs, res_ptrs, pid, nprog,
+    row_ptrs, row_ok, norm_ptr, eps, w_ptr, out_ptrs, res_ptrs, part_ptr, tile_counters, pid, nprog,
     N: tl.constexpr, K: tl.constexpr, NORM: tl.constexpr, EPILOGUE: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """out[r, n] for the program's tiles of BLOCK_N outputs: x @ W^T over rows `row_ptrs` (x the rows themselves, or
-    with NORM their RMSNorm times norm_ptr's weight), W [N, K] (with SILU_MUL [2N, K]), epilogue as named."""
+    with NORM their RMSNorm times norm_ptr's weight), W [N, K] (with SILU_MUL [2N, K]), epilogue as named.
+
+    SPLIT > 1 (not with SILU_MUL) gives each tile's K range to SPLIT programs, so a linear of few output tiles (o_proj
+    and down: H / BLOCK_N of them) keeps every SM streaming: each stores its fp32 partial in part_ptr
+    [SPLIT, ROWS, N] and counts its arrival in tile_counters; the tile's last program adds the partials in split
+    order (the same sums whichever arrives last), runs the epilogue and zeroes the counter."""
     dt = w_ptr.dtype.element_ty
     offs_k = tl.arange(0, BLOCK_K)
+    span: tl.constexpr = K // SPLIT
     if NORM:
         rstd = _row_rstd(row_ptrs, row_ok, eps, K, ROWS, BLOCK_K)
-    for tile in range(pid, N // BLOCK_N, nprog):
+    for item in range(pid, N // BLOCK_N * SPLIT, nprog):
+        tile = item // SPLIT
+        k_lo = (item % SPLIT) * span
         cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         w_ptrs = w_ptr + cols[None, :].to(tl.int64) * K + offs_k[:, None]  # [BLOCK_K, BLOCK_N]: W^T's tile
         acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
         acc_up = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_lo, k_lo + span, BLOCK_K):
             a = tl.load(row_ptrs[:, None] + k0 + offs_k[None, :], mask=row_ok[:, None], other=0.0,
                         cache_modifier=".cg")
             if NORM:  # the model rounds the normed row, then multiplies by the weight in its dtype
@@ -94,14 +102,31 @@ def _linear(
             acc = tl.dot(a, tl.load(w_ptrs + k0), acc, input_precision=PRECISION)
             if EPILOGUE == SILU_MUL:
                 acc_up = tl.dot(a, tl.load(w_ptrs + N * K + k0), acc_up, input_precision=PRECISION)
-        y = acc.to(dt).to(tl.float32)
-        if EPILOGUE == SILU_MUL:
-            y = (y * tl.sigmoid(y)).to(dt).to(tl.float32) * acc_up.to(dt).to(tl.float32)
-        if EPILOGUE == RESIDUAL:
-            y += tl.load(res_ptrs[:, None] + cols[None, :], mask=row_ok[:, None], other=0.0,
-                         cache_modifier=".cg").to(tl.float32)
-        out = out_ptrs[:, None] + cols[None, :]
-        tl.store(out, y.to(dt).to(out.dtype.element_ty), mask=row_ok[:, None])
+        if SPLIT == 1:
+            _epilogue(acc, acc_up, out_ptrs, res_ptrs, row_ok, cols, dt, EPILOGUE)
+        else:
+            parts = part_ptr + tl.arange(0, ROWS)[:, None] * N + cols[None, :]
+            tl.store(parts + (item % SPLIT) * ROWS * N, acc)
+            tl.debug_barrier()  # every thread's partial is stored before the arrival releases them
+            if tl.atomic_add(tile_counters + tile, 1, sem="acq_rel", scope="gpu") == SPLIT - 1:
+                acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+                for split in range(SPLIT):
+                    acc += tl.load(parts + split * ROWS * N, cache_modifier=".cg")
+                _epilogue(acc, acc_up, out_ptrs, res_ptrs, row_ok, cols, dt, EPILOGUE)
+                tl.store(tile_counters + tile, 0)
+
+
+@triton.jit
+def _epilogue(acc, acc_up, out_ptrs, res_ptrs, row_ok, cols, dt: tl.constexpr, EPILOGUE: tl.constexpr):
+    """A tile's fp32 products rounded to the activations' dtype, through the epilogue, stored (masked to the rows)."""
+    y = acc.to(dt).to(tl.float32)
+    if EPILOGUE == SILU_MUL:
+        y = (y * tl.sigmoid(y)).to(dt).to(tl.float32) * acc_up.to(dt).to(tl.float32)
+    if EPILOGUE == RESIDUAL:
+        y += tl.load(res_ptrs[:, None] + cols[None, :], mask=row_ok[:, None], other=0.0,
+                     cache_modifier=".cg").to(tl.float32)
+    out = out_ptrs[:, None] + cols[None, :]
+    tl.store(out, y.to(dt).to(out.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit
@@ -199,19 +224,20 @@ def _tile(ptrs, mask):
 
 @triton.jit(do_not_specialize=["batch", "start", "phase_lo", "phase_hi"])
 def dense_step_kernel(
-    s0_ptr, s1_ptr, qkv_ptr, attn_ptr, act_ptr, cache_ptr, logits_ptr, counter_ptr,
+    s0_ptr, s1_ptr, qkv_ptr, attn_ptr, act_ptr, cache_ptr, logits_ptr, counter_ptr, part_ptr,
     w_qkv, w_o, w_gate_up, w_down, input_norm, post_norm, q_norm, k_norm, final_norm, w_head, cos_ptr, sin_ptr,
     batch, start, phase_lo, phase_hi, max_rows, eps, scale,
     LAYERS: tl.constexpr, H: tl.constexpr, HQ: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
     INTER: tl.constexpr, VOCAB: tl.constexpr, P: tl.constexpr, STEPS: tl.constexpr, ROWS: tl.constexpr,
-    BLOCK_N_WIDE: tl.constexpr, BLOCK_N_NARROW: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N_WIDE: tl.constexpr, BLOCK_N_NARROW: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_NARROW: tl.constexpr,
     LAYER_PHASES: tl.constexpr, SYNC: tl.constexpr, PREFETCH: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Phases [phase_lo, phase_hi) of a step of `batch` rows, STEPS new positions each from `start` (token m =
     row * STEPS + position, M = batch * STEPS <= ROWS), the step's input in s0 [M, H]; see the module docstring.
 
     s0/s1 [>= M, H], qkv [>= M, (HQ + 2 KVH) D], attn [>= M, HQ D], act [>= M, INTER]; weights stacked by layer;
-    cos/sin [P, D] by position; logits [batch, VOCAB] fp32; counter_ptr two int32 zeros (left zero again)."""
+    cos/sin [P, D] by position; logits [batch, VOCAB] fp32; counter_ptr int32 zeros (the barrier's two, then one
+    per narrow tile; left zero again); part_ptr fp32 [SPLIT_NARROW, ROWS, H] (SPLIT_NARROW > 1 only)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     width: tl.constexpr = (HQ + 2 * KVH) * D
@@ -219,6 +245,7 @@ def dense_step_kernel(
     row_ok = rows < batch * STEPS
     s0_rows = s0_ptr + rows * H
     s1_rows = s1_ptr + rows * H
+    tiles_ptr = counter_ptr + 2  # split-K arrivals, one per narrow tile
     for phase in range(phase_lo, phase_hi):
         layer = phase // LAYER_PHASES
         kind = phase - layer * LAYER_PHASES
@@ -227,28 +254,28 @@ def dense_step_kernel(
                            LAYERS, H, width, HQ * D, INTER, VOCAB, 256)
         if layer == LAYERS:  # each row's last position through the final norm and the head
             last = s0_ptr + (rows * STEPS + STEPS - 1) * H
-            _linear(last, rows < batch, final_norm, eps, w_head, logits_ptr + rows * VOCAB, last, pid, nprog,
-                    VOCAB, H, True, STORE, ROWS, BLOCK_N_NARROW, BLOCK_K, PRECISION)
+            _linear(last, rows < batch, final_norm, eps, w_head, logits_ptr + rows * VOCAB, last, part_ptr,
+                    tiles_ptr, pid, nprog, VOCAB, H, True, STORE, ROWS, BLOCK_N_NARROW, BLOCK_K, 1, PRECISION)
         elif kind == QKV:
             _linear(s0_rows, row_ok, input_norm + layer * H, eps, w_qkv + layer.to(tl.int64) * width * H,
-                    qkv_ptr + rows * width, s0_rows, pid, nprog,
-                    width, H, True, STORE, ROWS, BLOCK_N_WIDE, BLOCK_K, PRECISION)
+                    qkv_ptr + rows * width, s0_rows, part_ptr, tiles_ptr, pid, nprog,
+                    width, H, True, STORE, ROWS, BLOCK_N_WIDE, BLOCK_K, 1, PRECISION)
         elif kind == ATTN:
             _attention(qkv_ptr, attn_ptr, cache_ptr + layer.to(tl.int64) * 2 * max_rows * KVH * P * D,
                        q_norm + layer * D, k_norm + layer * D, cos_ptr, sin_ptr, start, batch, eps, scale, pid,
                        nprog, max_rows, STEPS, HQ, KVH, D, P)
         elif kind == O_PROJ:
             _linear(attn_ptr + rows * HQ * D, row_ok, input_norm, eps, w_o + layer.to(tl.int64) * H * HQ * D,
-                    s1_rows, s0_rows, pid, nprog, H, HQ * D, False, RESIDUAL, ROWS, BLOCK_N_NARROW, BLOCK_K,
-                    PRECISION)
+                    s1_rows, s0_rows, part_ptr, tiles_ptr, pid, nprog, H, HQ * D, False, RESIDUAL, ROWS,
+                    BLOCK_N_NARROW, BLOCK_K, SPLIT_NARROW, PRECISION)
         elif kind == GATE_UP:
             _linear(s1_rows, row_ok, post_norm + layer * H, eps, w_gate_up + layer.to(tl.int64) * 2 * INTER * H,
-                    act_ptr + rows * INTER, s1_rows, pid, nprog,
-                    INTER, H, True, SILU_MUL, ROWS, BLOCK_N_WIDE, BLOCK_K, PRECISION)
+                    act_ptr + rows * INTER, s1_rows, part_ptr, tiles_ptr, pid, nprog,
+                    INTER, H, True, SILU_MUL, ROWS, BLOCK_N_WIDE, BLOCK_K, 1, PRECISION)
         else:
             _linear(act_ptr + rows * INTER, row_ok, input_norm, eps, w_down + layer.to(tl.int64) * H * INTER,
-                    s0_rows, s1_rows, pid, nprog, H, INTER, False, RESIDUAL, ROWS, BLOCK_N_NARROW, BLOCK_K,
-                    PRECISION)
+                    s0_rows, s1_rows, part_ptr, tiles_ptr, pid, nprog, H, INTER, False, RESIDUAL, ROWS,
+                    BLOCK_N_NARROW, BLOCK_K, SPLIT_NARROW, PRECISION)
         if SYNC:
             if phase + 1 < phase_hi:
                 _grid_sync(counter_ptr, nprog * (phase + 1 - phase_lo))
@@ -271,19 +298,21 @@ def launch_dense_step(
     heads, kv_heads = stack.num_heads, stack.num_kv_heads
     if programs is None:
         work = (stack.qkv.shape[1] // tiling.block_n_wide, inter // tiling.block_n_wide,
-                hidden // tiling.block_n_narrow, head.shape[0] // tiling.block_n_narrow, batch * kv_heads)
+                hidden // tiling.block_n_narrow * tiling.split_narrow, head.shape[0] // tiling.block_n_narrow, batch * kv_heads)
         programs = min(num_sms(buffers.s0.device.index or 0), max(work))
     phases = stack.layers * PHASES_PER_LAYER + 1
     spans = [(0, phases)] if sync else [(p, p + 1) for p in range(phases)]
     for lo, hi in spans:
         dense_step_kernel[(programs,)](
             buffers.s0, buffers.s1, buffers.qkv, buffers.attn, buffers.act, buffers.cache, logits, buffers.counter,
+            buffers.parts,
             stack.qkv, stack.o, stack.gate_up, stack.down, stack.input_norm, stack.post_norm, stack.q_norm,
             stack.k_norm, stack.final_norm, head, cos, sin,
             batch, start, lo, hi, buffers.max_rows, stack.eps, 1 / math.sqrt(d),
             LAYERS=stack.layers, H=hidden, HQ=heads, KVH=kv_heads, D=d, INTER=inter, VOCAB=head.shape[0],
             P=buffers.positions, STEPS=steps, ROWS=max(16, next_power_of_2(batch * steps)),
             BLOCK_N_WIDE=tiling.block_n_wide, BLOCK_N_NARROW=tiling.block_n_narrow, BLOCK_K=tiling.block_k,
+            SPLIT_NARROW=tiling.split_narrow,
             LAYER_PHASES=PHASES_PER_LAYER, SYNC=sync, PREFETCH=tiling.prefetch and not INTERPRETED,
             PRECISION="ieee" if buffers.s0.dtype == torch.float32 else "tf32",
             num_warps=tiling.num_warps, num_stages=tiling.num_stages,

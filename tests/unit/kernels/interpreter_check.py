@@ -263,7 +263,7 @@ def check_fla_decode_in_place() -> None:
 def check_dense_step(dtype: torch.dtype) -> None:
     """The persistent dense step's phases (one launch each: the interpreter runs programs in turn, where a grid
     barrier would never open) over a frame's steps whose cache grows, against the reference; 3 programs share out
-    every phase's tiles and (row, kv head) items."""
+    every phase's tiles and (row, kv head) items; then with o_proj and down split over K (split_narrow 2)."""
     from runtime.kernels.dense_step import DenseStack, DenseStepBuffers, default_tiling, dense_step_reference
     from runtime.kernels.dense_step_triton import launch_dense_step
 
@@ -277,19 +277,21 @@ def check_dense_step(dtype: torch.dtype) -> None:
     head = w(vocab, hidden)
     angles = torch.arange(positions).float()[:, None] / (100 ** (torch.arange(0, d, 2).float() / d))
     cos, sin = torch.cat((angles, angles), -1).cos().to(dtype), torch.cat((angles, angles), -1).sin().to(dtype)
-    batch, start = 3, 0
-    got, want = DenseStepBuffers.allocate(stack, 4, positions), DenseStepBuffers.allocate(stack, 4, positions)
-    for steps in (2, 1, 1):
-        x = torch.randn(batch * steps, hidden, generator=gen).to(dtype)
-        got.s0[:batch * steps], want.s0[:batch * steps] = x, x
-        logits = torch.zeros(batch, vocab)
-        launch_dense_step(stack, head, got, batch, steps, start, cos, sin, logits, default_tiling(stack, head),
-                          sync=False, programs=3)
-        reference = dense_step_reference(stack, head, want, batch, steps, start, cos, sin)
-        tolerance = 1e-5 if dtype == torch.float32 else 2e-2
-        assert rel_err(logits, reference) < tolerance, (dtype, steps, rel_err(logits, reference))
-        assert rel_err(got.cache, want.cache) < tolerance
-        start += steps
+    tiling = default_tiling(stack, head)
+    for tiling in (tiling, tiling._replace(block_k=16, split_narrow=2)):  # o_proj and down's K ranges in halves
+        batch, start = 3, 0
+        got, want = DenseStepBuffers.allocate(stack, 4, positions), DenseStepBuffers.allocate(stack, 4, positions)
+        for steps in (2, 1, 1):
+            x = torch.randn(batch * steps, hidden, generator=gen).to(dtype)
+            got.s0[:batch * steps], want.s0[:batch * steps] = x, x
+            logits = torch.zeros(batch, vocab)
+            launch_dense_step(stack, head, got, batch, steps, start, cos, sin, logits, tiling, sync=False, programs=3)
+            reference = dense_step_reference(stack, head, want, batch, steps, start, cos, sin)
+            tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+            assert rel_err(logits, reference) < tolerance, (dtype, tiling, steps, rel_err(logits, reference))
+            assert rel_err(got.cache, want.cache) < tolerance
+            assert not got.counter.any(), "split-K arrival counters must be left zero"
+            start += steps
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.kernels.dense_step import DenseStack, DenseStepBuffers, dense_step, dense_step_reference
+from runtime.kernels.dense_step import (
+    DenseStack, DenseStepBuffers, Tiling, default_tiling, dense_step, dense_step_reference,
+)
 from tests.unit.kernels.kernel_data import needs_cuda, rel_err
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not needs_cuda(), reason="needs a CUDA device")]
@@ -34,7 +36,8 @@ def predictor_like(seed: int) -> tuple[DenseStack, list[torch.Tensor], torch.Ten
 
 
 def frame(stack: DenseStack, heads: list[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor,
-          buffers: DenseStepBuffers, inputs: list[torch.Tensor], mode: str) -> list[torch.Tensor]:  # fmt: skip
+          buffers: DenseStepBuffers, inputs: list[torch.Tensor], mode: str,
+          tiling: Tiling | None = None) -> list[torch.Tensor]:  # fmt: skip
     """The 15 steps of a frame with given inputs (first step two positions a row): each step's logits."""
     out, start = [], 0
     for head, x in zip(heads, inputs):
@@ -44,7 +47,8 @@ def frame(stack: DenseStack, heads: list[torch.Tensor], cos: torch.Tensor, sin: 
             logits = dense_step_reference(stack, head, buffers, batch, steps, start, cos, sin)
         else:
             logits = torch.empty(batch, head.shape[0], device="cuda")
-            dense_step(stack, head, buffers, batch, steps, start, cos, sin, logits, persistent=mode == "persistent")
+            dense_step(stack, head, buffers, batch, steps, start, cos, sin, logits, persistent=mode == "persistent",
+                       tiling=tiling)
         out.append(logits)
         start += steps
     return out
@@ -55,12 +59,15 @@ def frame_inputs(batch: int, seed: int) -> list[torch.Tensor]:
     return [torch.randn(batch, 2 if g == 0 else 1, HIDDEN, generator=gen).to("cuda", BF16) for g in range(GROUPS)]
 
 
+@pytest.mark.parametrize("split", [1, 2], ids=["whole-k", "split-k"])
 @pytest.mark.parametrize("batch", [1, 3, 8, 16])
-def test_persistent_equals_phase_launches_and_tracks_the_reference(batch: int) -> None:
+def test_persistent_equals_phase_launches_and_tracks_the_reference(batch: int, split: int) -> None:
     stack, heads, cos, sin = predictor_like(batch)
+    tiling = default_tiling(stack, heads[0])._replace(split_narrow=split)
     inputs = frame_inputs(batch, seed=100 + batch)
-    got = {mode: frame(stack, heads, cos, sin, DenseStepBuffers.allocate(stack, 16, POSITIONS), inputs, mode)
-           for mode in ("persistent", "phases", "reference")}
+    buffers = {mode: DenseStepBuffers.allocate(stack, 16, POSITIONS) for mode in ("persistent", "phases", "reference")}
+    got = {mode: frame(stack, heads, cos, sin, buffers[mode], inputs, mode, tiling) for mode in buffers}
+    assert not buffers["persistent"].counter.any() and not buffers["phases"].counter.any()
     for step, (persistent, phases, reference) in enumerate(zip(*got.values())):
         assert torch.equal(persistent, phases), f"step {step}: the barrier let a phase read unwritten inputs"
         assert rel_err(persistent, reference) < 2e-2, (step, rel_err(persistent, reference))
@@ -76,7 +83,7 @@ def test_graph_replay_and_repeated_launches_give_the_same_bytes() -> None:
     eager = frame(stack, heads, cos, sin, buffers, inputs, "persistent")
     again = frame(stack, heads, cos, sin, buffers, inputs, "persistent")
     assert all(torch.equal(a, b) for a, b in zip(eager, again))
-    assert buffers.counter.tolist() == [0, 0]
+    assert not buffers.counter.any()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
@@ -87,4 +94,4 @@ def test_graph_replay_and_repeated_launches_give_the_same_bytes() -> None:
         graph.replay()
         torch.cuda.synchronize()
         assert all(torch.equal(a, b) for a, b in zip(eager, captured))
-    assert buffers.counter.tolist() == [0, 0]
+    assert not buffers.counter.any()
