@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,10 +21,10 @@ import torch
 from runtime.kernels.dense_step import DenseStepBuffers, Tiling, default_tiling, dense_step
 from tests.unit.kernels.test_kernel_dense_step_gpu import POSITIONS, frame_inputs, predictor_like
 
+# measured 2026-12-07 (bench/kernels/NOTES.md run 12): o_proj / down split in 2 the fastest; 4 stages, K tiles of
+# 64 or 256 and 64-wide tiles no faster; an L2 prefetch of the next phase's weights 4% slower (removed)
 TILINGS = [Tiling(32, 16, 128, num_stages=3), Tiling(32, 16, 128, num_stages=3, split_narrow=2),
-           Tiling(32, 16, 128, num_stages=3, split_narrow=4), Tiling(32, 16, 128, num_stages=3, split_narrow=2,
-                                                                       prefetch=False),
-           Tiling(32, 16, 64, num_stages=4, split_narrow=2), Tiling(64, 16, 128, num_stages=3, split_narrow=2)]
+           Tiling(32, 16, 128, num_stages=3, split_narrow=4), Tiling(32, 16, 128, num_stages=2, split_narrow=2)]
 
 
 def frame_us(stack, heads, cos, sin, rows: int, persistent: bool, tiling: Tiling, repeats: int) -> float:  # noqa: ANN001
@@ -117,7 +119,9 @@ def main(argv: list[str] | None = None) -> dict:
                 us = dict(zip(names + ["head"], phase_us(stack, heads, cos, sin, rows, tiling, 10)))
                 profiles[f"rows {rows}, split {split}"] = us
                 print(rows, split, "phases us:", {k: round(v, 1) for k, v in us.items()}, flush=True)
-    result = {"device": torch.cuda.get_device_name(), "command": " ".join(sys.argv),
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    result = {"commit": os.environ.get("OMNIMESH_COMMIT") or head, "device": torch.cuda.get_device_name(),
+              "command": " ".join(sys.argv),
               "weight_bytes_per_step": weight_bytes, "floor_us": weight_bytes / args.copy_gbs / 1e3, "runs": runs,
               "phase_us": profiles}
     args.out.write_text(json.dumps(result, indent=2))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -34,6 +35,7 @@ from services.talker.model.code2wav import Code2Wav  # noqa: E402
 from services.talker.model.code2wav_stream import StreamingCode2Wav, decode_streams  # noqa: E402
 from services.talker.model.code_predictor import CodePredictor  # noqa: E402
 from services.talker.model.config import TalkerConfig, parse_talker_config  # noqa: E402
+from services.talker.model.frame_step import DENSE_ROWS  # noqa: E402
 from services.talker.model.generate import RowStart, TalkerRunner, TalkerState  # noqa: E402
 from services.talker.model.load import TalkerModel, cast_parameters  # noqa: E402
 from services.talker.model.prompt import SpeechPrompt  # noqa: E402
@@ -102,14 +104,14 @@ def prompt(i: int, words: int) -> SpeechPrompt:
     return SpeechPrompt(ids, VOICES[i % len(VOICES)])
 
 
-def full_batch(model: TalkerModel, batch: int, frames: int, fast: bool, layered: bool = False
+def full_batch(model: TalkerModel, batch: int, frames: int, fast: bool, dense: bool = False
                ) -> tuple[TalkerRunner, list[TalkerState]]:  # fmt: skip
     """`batch` rows started (their prefill done) and fed text for `frames` steps; codec EOS is suppressed so every
-    step runs every row. `layered`: the fast frame's code predictor runs layer by layer, not as persistent steps."""
+    step runs every row. `dense`: the fast frame's code predictor steps as persistent launches, not layer by layer."""
     runner = TalkerRunner(model, batch, 32 + 9 + frames + 2, fast=fast, cuda_graphs=fast)
-    if layered:
+    if dense:
         assert runner.frames is not None
-        runner.frames.step.dense_rows = 0
+        runner.frames.step.set_dense_rows(DENSE_ROWS)
     runner.capture_graphs()
     runner.suppress[model.cfg.tokens.codec_eos] = True
     states = [runner.start(prompt(i, 20), 500 + i, TalkerSampling(seed=i), max_frames=10**6) for i in range(batch)]
@@ -147,10 +149,10 @@ def bench_talker(
 ) -> dict[str, Any]:
     """ms per `TalkerRunner.step` (code predictor for every row + one talker forward) at a fixed batch.
 
-    `path` "graphs": the fused frame step replayed as CUDA graphs (the service's GPU path); "graphs-layered" the same
-    with the code predictor layer by layer (no persistent steps); "eager" the reference loop.
+    `path` "graphs": the fused frame step replayed as CUDA graphs (the service's GPU path); "graphs-dense" the same
+    with the code predictor's steps as persistent launches (up to DENSE_ROWS rows); "eager" the reference loop.
     """
-    runner, states = full_batch(model, batch, warmup + steps, path != "eager", path == "graphs-layered")
+    runner, states = full_batch(model, batch, warmup + steps, path != "eager", path == "graphs-dense")
     for _ in range(warmup):
         runner.step(states)
     sync(device)
@@ -237,13 +239,15 @@ def provenance(device: str, args: argparse.Namespace) -> dict[str, Any]:
         commit = git.stdout.strip()
     except OSError:
         commit = ""
+    # the GPU machine's copy may carry an older HEAD: the caller's commit wins there
+    commit = os.environ.get("OMNIMESH_COMMIT") or commit
     name = torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor() or "cpu"
     return {"commit": commit, "date": datetime.now(timezone.utc).isoformat(), "device": name,
             "torch": torch.__version__, "command": " ".join(["bench/talker/bench_talker.py", *args.argv]),
             "weights": "random", "workload": "talker step + code predictor; streaming Code2Wav"}  # fmt: skip
 
 
-PATHS = ("eager", "graphs", "graphs-layered")
+PATHS = ("eager", "graphs", "graphs-dense")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -254,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=None, help="measured talker steps per batch size")
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=None,
                         help="talker step paths to time (default: eager and graphs on CUDA, eager on CPU); "
-                             "graphs-layered: graphs with the code predictor layer by layer")
+                             "graphs-dense: graphs with the code predictor's steps as persistent launches")
     parser.add_argument("--frames-only", action="store_true", help="time the frames only: no prefill or Code2Wav")
     parser.add_argument("--routing", choices=ROUTING_MODES, default="balanced",
                         help="balanced (default): the routers calibrated to spread a batch as a trained model's do "
@@ -275,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         routed = routing(model, args.routing, batches, 4 if args.tiny else 16)
         warmup = 2 if args.tiny else 10
         talker = [bench_talker(model, b, warmup, steps, device, path) for b in batches for path in paths]
-        prefill_paths = [] if args.frames_only else [p == "graphs" for p in paths if p != "graphs-layered"]
+        prefill_paths = [] if args.frames_only else [p == "graphs" for p in paths if p != "graphs-dense"]
         prefill = [bench_prefill(model, b, 20, 3 if args.tiny else 10, device, fast) for b in batches
                    for fast in prefill_paths]  # fmt: skip
         chunks = 2 if args.tiny else 8

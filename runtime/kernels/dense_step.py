@@ -126,7 +126,6 @@ class Tiling(NamedTuple):
     num_warps: int = 8
     num_stages: int = 2
     split_narrow: int = 1  # programs sharing each o_proj / down tile's K range (fp32 partials, the last adds them)
-    prefetch: bool = True  # each phase streams the next one's weights into L2 (dense_step_triton._prefetch_next)
 
 
 def default_tiling(stack: DenseStack, head: torch.Tensor) -> Tiling | None:
@@ -141,7 +140,9 @@ def default_tiling(stack: DenseStack, head: torch.Tensor) -> Tiling | None:
     narrow_ok = hidden % 16 == 0 and head.shape[0] % 16 == 0
     if block_k < MIN_BLOCK_K or not wide_ok or not narrow_ok or d != next_power_of_2(d) or d < 4:
         return None
-    return Tiling(32, 16, block_k, num_stages=3)
+    # o_proj and down have H / 16 tiles (64 at hidden 1024, for 132 SMs): two programs share each one's K range
+    split = 2 if all(k % (2 * block_k) == 0 for k in ks[1:]) else 1
+    return Tiling(32, 16, block_k, num_stages=3, split_narrow=split)
 
 
 def _check(stack: DenseStack, head: torch.Tensor, buffers: DenseStepBuffers, batch: int, steps: int, start: int,

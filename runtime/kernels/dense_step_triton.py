@@ -24,7 +24,6 @@ launch per phase (the interpreter runs programs one after another, where a barri
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
@@ -33,9 +32,6 @@ import triton.language as tl
 from runtime.kernels._backend import next_power_of_2
 from runtime.kernels.dense_step import DenseStack, DenseStepBuffers, Tiling
 from runtime.kernels.paged_attention_triton import num_sms
-from runtime.kernels.pdl import prefetch_l2_span
-
-INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # no inline PTX (the L2 prefetch) there
 
 PHASES_PER_LAYER = 5
 # the jitted kernel reads module globals only as constexprs
@@ -130,30 +126,6 @@ def _epilogue(acc, acc_up, out_ptrs, res_ptrs, row_ok, cols, dt: tl.constexpr, E
 
 
 @triton.jit
-def _prefetch_next(
-    layer, kind, w_qkv, w_o, w_gate_up, w_down, w_head, pid, nprog,
-    LAYERS: tl.constexpr, H: tl.constexpr, WIDTH: tl.constexpr, HQD: tl.constexpr, INTER: tl.constexpr,
-    VOCAB: tl.constexpr, LINES: tl.constexpr,
-):
-    """The next weighted phase's weights into L2 (qkv: o; o: gate/up; gate/up: down; down: the next layer's qkv or
-    the head; the head: layer 0's qkv, for the next step's launch), so a phase reads its weights from L2 and the
-    HBM stream runs under the phase before rather than after its barrier. Attention has no weights to wait for."""
-    if layer == LAYERS:
-        prefetch_l2_span(w_qkv, WIDTH * H, pid, nprog, LINES)
-    elif kind == QKV:
-        prefetch_l2_span(w_o + layer.to(tl.int64) * H * HQD, H * HQD, pid, nprog, LINES)
-    elif kind == O_PROJ:
-        prefetch_l2_span(w_gate_up + layer.to(tl.int64) * 2 * INTER * H, 2 * INTER * H, pid, nprog, LINES)
-    elif kind == GATE_UP:
-        prefetch_l2_span(w_down + layer.to(tl.int64) * H * INTER, H * INTER, pid, nprog, LINES)
-    elif kind != ATTN:
-        if layer + 1 < LAYERS:
-            prefetch_l2_span(w_qkv + (layer + 1).to(tl.int64) * WIDTH * H, WIDTH * H, pid, nprog, LINES)
-        else:
-            prefetch_l2_span(w_head, VOCAB * H, pid, nprog, LINES)
-
-
-@triton.jit
 def _norm_rope(x1, x2, w_ptr, cos_ptr, sin_ptr, eps, D: tl.constexpr):
     """Per-head RMSNorm (rounded, times the weight in the activations' dtype) then rotate-half rotary of one head
     given as its two halves; returns the rotated halves in fp32."""
@@ -230,7 +202,7 @@ def dense_step_kernel(
     LAYERS: tl.constexpr, H: tl.constexpr, HQ: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
     INTER: tl.constexpr, VOCAB: tl.constexpr, P: tl.constexpr, STEPS: tl.constexpr, ROWS: tl.constexpr,
     BLOCK_N_WIDE: tl.constexpr, BLOCK_N_NARROW: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_NARROW: tl.constexpr,
-    LAYER_PHASES: tl.constexpr, SYNC: tl.constexpr, PREFETCH: tl.constexpr, PRECISION: tl.constexpr,
+    LAYER_PHASES: tl.constexpr, SYNC: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Phases [phase_lo, phase_hi) of a step of `batch` rows, STEPS new positions each from `start` (token m =
     row * STEPS + position, M = batch * STEPS <= ROWS), the step's input in s0 [M, H]; see the module docstring.
@@ -249,9 +221,6 @@ def dense_step_kernel(
     for phase in range(phase_lo, phase_hi):
         layer = phase // LAYER_PHASES
         kind = phase - layer * LAYER_PHASES
-        if PREFETCH:
-            _prefetch_next(layer, kind, w_qkv, w_o, w_gate_up, w_down, w_head, pid, nprog,
-                           LAYERS, H, width, HQ * D, INTER, VOCAB, 256)
         if layer == LAYERS:  # each row's last position through the final norm and the head
             last = s0_ptr + (rows * STEPS + STEPS - 1) * H
             _linear(last, rows < batch, final_norm, eps, w_head, logits_ptr + rows * VOCAB, last, part_ptr,
@@ -313,7 +282,7 @@ def launch_dense_step(
             P=buffers.positions, STEPS=steps, ROWS=max(16, next_power_of_2(batch * steps)),
             BLOCK_N_WIDE=tiling.block_n_wide, BLOCK_N_NARROW=tiling.block_n_narrow, BLOCK_K=tiling.block_k,
             SPLIT_NARROW=tiling.split_narrow,
-            LAYER_PHASES=PHASES_PER_LAYER, SYNC=sync, PREFETCH=tiling.prefetch and not INTERPRETED,
+            LAYER_PHASES=PHASES_PER_LAYER, SYNC=sync,
             PRECISION="ieee" if buffers.s0.dtype == torch.float32 else "tf32",
             num_warps=tiling.num_warps, num_stages=tiling.num_stages,
         )  # fmt: skip

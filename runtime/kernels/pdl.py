@@ -58,19 +58,6 @@ def prefetch_l2(ptrs):
                               is_pure=False, pack=1)
 
 
-@triton.jit
-def prefetch_l2_span(base, n, pid, nprog, LINES: tl.constexpr):
-    """Asks L2 for elements [0, n) of `base` (contiguous), each of the `nprog` programs for an equal share of its
-    128-byte lines, LINES at a time: a persistent kernel streams the next phase's weights while this one computes."""
-    per_line: tl.constexpr = 1024 // base.dtype.element_ty.primitive_bitwidth
-    lines = tl.cdiv(n, per_line)
-    share = tl.cdiv(lines, nprog)
-    end = tl.minimum(lines, (pid + 1) * share)
-    for first in range(pid * share, end, LINES):
-        line = first + tl.arange(0, LINES)
-        prefetch_l2(base + tl.where(line < end, line, 0).to(tl.int64) * per_line)
-
-
 @functools.cache
 def _capable(index: int) -> bool:
     return torch.cuda.get_device_capability(index) >= (9, 0)

@@ -56,9 +56,10 @@ PREDICTOR_BLOCK = 32  # code-predictor positions a row may use in one frame (tal
 # down 7.6 / 5.9 (`bench_skinny_gemm.py --rows 1,8`, results/2026-11-30-skinny-gemm-h200.json). q/k/v, gate/up and
 # the heads stay in cuBLAS, which is 5-15% faster there.
 SKINNY_ROWS = 8
-# Up to this many rows the code predictor's 15 steps each run as one persistent launch (runtime/kernels/dense_step.py,
-# every layer, the final norm and the head) instead of ~50 launch-bound kernels; its first step carries two positions
-# a row, and the launch at most DENSE_STEP_MAX_TOKENS.
+# The most rows for which the code predictor's 15 steps can each run as one persistent launch
+# (runtime/kernels/dense_step.py: every layer, the final norm and the head) instead of ~50 kernels: its first step
+# carries two positions a row, a launch at most DENSE_STEP_MAX_TOKENS. Off by default (`FrameStep.set_dense_rows`):
+# on an H100 the frame took 5.12 ms that way against 4.44 layer by layer (bench/kernels/NOTES.md, run 12).
 DENSE_ROWS = DENSE_STEP_MAX_TOKENS // 2
 
 
@@ -195,8 +196,8 @@ class FrameStep:
     """Holds the fused weights and reads/writes the runner's slot tables; `__call__` runs one frame for a batch."""
 
     def __init__(self, model: TalkerModel, kv: KVPool, tables: SlotTables, suppress: torch.Tensor,
-                 dense_rows: int = DENSE_ROWS) -> None:  # fmt: skip
-        """`dense_rows`: batches up to this many rows run the predictor's steps as persistent launches (0: never)."""
+                 dense_rows: int = 0) -> None:  # fmt: skip
+        """`dense_rows`: see `set_dense_rows`."""
         self.model = model
         self.kv = kv
         self.tables = tables
@@ -214,11 +215,16 @@ class FrameStep:
         self.predictor_rope = rope_cos_sin(torch.arange(PREDICTOR_BLOCK, device=model.device),
                                            model.predictor.inv_freq, model.dtype)
         self.linear = DecodeLinear(model.device.type == "cuda")
-        if not 0 <= dense_rows <= DENSE_ROWS:
-            raise ValueError(f"FrameStep dense_rows={dense_rows}: must be in 0..{DENSE_ROWS}")
-        self.dense_rows = dense_rows
-        self.dense = DenseStepBuffers.allocate(self.predictor.stack, dense_rows, PREDICTOR_BLOCK) if dense_rows else None
+        self.set_dense_rows(dense_rows)
         self._plans: dict[int, _BatchPlan] = {}
+
+    def set_dense_rows(self, rows: int) -> None:
+        """Batches of up to `rows` rows run the predictor's steps as persistent launches (0: never, the default);
+        before graphs are captured, which bake in the path each bucket took."""
+        if not 0 <= rows <= DENSE_ROWS:
+            raise ValueError(f"FrameStep dense_rows={rows}: must be in 0..{DENSE_ROWS}")
+        self.dense_rows = rows
+        self.dense = DenseStepBuffers.allocate(self.predictor.stack, rows, PREDICTOR_BLOCK) if rows else None
 
     def __call__(self, inp: FrameInputs, mode: Mode) -> FrameOutputs:
         """One frame; `mode` (see `frame_mode`) must suit every row's sampling settings."""

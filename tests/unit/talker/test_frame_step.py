@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from runtime.checkpoint import token_ids as T
 from services.talker.model.frame_graphs import batch_buckets
-from services.talker.model.frame_step import SKINNY_ROWS, DecodeLinear, frame_mode
+from services.talker.model.frame_step import DENSE_ROWS, SKINNY_ROWS, DecodeLinear, frame_mode
 from services.talker.model.generate import TalkerRunner
 from services.talker.model.load import TalkerModel
 from services.talker.model.prompt import SpeechPrompt
@@ -33,15 +33,19 @@ def model() -> TalkerModel:
 
 
 def speak(model: TalkerModel, fast: bool, samplings: list[TalkerSampling], max_frames: list[int],
-          text_len: list[int], max_rows: int = 4, skinny_gemms: bool = False,
+          text_len: list[int], max_rows: int = 4, skinny_gemms: bool = False, dense: bool = False,
           ) -> tuple[list[list[list[int]]], TalkerRunner]:  # fmt: skip
     """Rows start together, run out of text at different times and stop at their own frame limits.
 
-    `skinny_gemms`: the fast step's few-row GEMMs go to the skinny GEMM as on CUDA (its reference here)."""
+    `skinny_gemms`: the fast step's few-row GEMMs go to the skinny GEMM as on CUDA (its reference here).
+    `dense`: the code predictor's steps through the persistent step's entry (its PyTorch reference here)."""
     runner = TalkerRunner(model, max_rows, 60, fast=fast)
     if skinny_gemms:
         assert runner.frames is not None
         runner.frames.step.linear.enabled = True
+    if dense:
+        assert runner.frames is not None
+        runner.frames.step.set_dense_rows(DENSE_ROWS)
     runner.suppress[model.cfg.tokens.codec_eos] = True  # the tiny random talker would stop at once otherwise
     states = [runner.start(prompt(i), 20 + i, smp, max_frames=m)
               for i, (smp, m) in enumerate(zip(samplings, max_frames))]  # fmt: skip
@@ -76,6 +80,22 @@ def test_skinny_gemm_rows_keep_the_reference_frames(model: TalkerModel) -> None:
     ref, _ = speak(model, False, samplings, [6, 4, 5], [3, 2, 1])
     got, _ = speak(model, True, samplings, [6, 4, 5], [3, 2, 1], skinny_gemms=True)
     assert got == ref
+
+
+def test_dense_predictor_steps_keep_the_reference_frames(model: TalkerModel) -> None:
+    samplings = [TalkerSampling(seed=1), GREEDY, TalkerSampling(seed=3, top_k=5, top_p=0.7)]
+    ref, _ = speak(model, False, samplings, [6, 4, 5], [3, 2, 1])
+    got, runner = speak(model, True, samplings, [6, 4, 5], [3, 2, 1], dense=True)
+    assert got == ref
+    assert runner.frames is not None and runner.frames.step.dense is not None
+
+
+def test_dense_rows_out_of_range_are_refused(model: TalkerModel) -> None:
+    runner = TalkerRunner(model, 2, 60, fast=True)
+    assert runner.frames is not None and runner.frames.step.dense is None  # layer by layer unless asked
+    for rows in (-1, DENSE_ROWS + 1):
+        with pytest.raises(ValueError, match=f"dense_rows={rows}: must be in 0..{DENSE_ROWS}"):
+            runner.frames.step.set_dense_rows(rows)
 
 
 def test_decode_linear_takes_the_skinny_gemm_up_to_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
