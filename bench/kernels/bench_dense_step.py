@@ -4,7 +4,8 @@ launched once per phase, over tilings; writes JSON.
 
 Run on the GPU machine:  PYTHONPATH=. python bench/kernels/bench_dense_step.py --out dense.json [--rows 1 8 16]
 A figure is the median over --repeats replays of the graph (CUDA events), divided by 15: microseconds a step. The
-step reads 154 MB of layer weights and a 4 MB head: `floor_us` is that at the --copy-gbs bandwidth.
+step reads 154 MB of layer weights and a 4 MB head: `floor_us` is that at the --copy-gbs bandwidth. `--profile` adds
+each phase's median kernel time, the phases launched one by one (`phase_us` in the JSON).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ TILINGS = [Tiling(32, 16, 128, num_stages=3), Tiling(32, 16, 128, num_stages=3, 
            Tiling(32, 16, 128, num_stages=3, split_narrow=4), Tiling(32, 16, 128, num_stages=2, split_narrow=2)]
 
 
-def frame_us(stack, heads, cos, sin, rows: int, persistent: bool, tiling: Tiling, repeats: int) -> float:  # noqa: ANN001
+def frame_runner(stack, heads, cos, sin, rows: int, persistent: bool, tiling: Tiling):  # noqa: ANN001, ANN201
+    """A function that runs a frame's 15 steps of `rows` rows (the first two positions a row) on fresh buffers."""
     buffers = DenseStepBuffers.allocate(stack, 16, POSITIONS)
     inputs = frame_inputs(rows, seed=rows)
     logits = torch.empty(rows, heads[0].shape[0], device="cuda")
@@ -40,6 +42,12 @@ def frame_us(stack, heads, cos, sin, rows: int, persistent: bool, tiling: Tiling
             dense_step(stack, head, buffers, rows, steps, start, cos, sin, logits, persistent, tiling)
             start += steps
 
+    return run
+
+
+def frame_us(stack, heads, cos, sin, rows: int, persistent: bool, tiling: Tiling,  # noqa: ANN001
+             repeats: int) -> float:
+    run = frame_runner(stack, heads, cos, sin, rows, persistent, tiling)
     run()  # compiles
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -63,17 +71,7 @@ def phase_us(stack, heads, cos, sin, rows: int, tiling: Tiling, repeats: int) ->
     frame's 15 steps and `repeats` frames: where a persistent step's time goes."""
     from torch.profiler import ProfilerActivity, profile
 
-    buffers = DenseStepBuffers.allocate(stack, 16, POSITIONS)
-    inputs = frame_inputs(rows, seed=rows)
-    logits = torch.empty(rows, heads[0].shape[0], device="cuda")
-
-    def run() -> None:
-        start = 0
-        for head, x in zip(heads, inputs):
-            buffers.s0[:rows * x.shape[1]].copy_(x.reshape(rows * x.shape[1], -1))
-            dense_step(stack, head, buffers, rows, x.shape[1], start, cos, sin, logits, False, tiling)
-            start += x.shape[1]
-
+    run = frame_runner(stack, heads, cos, sin, rows, False, tiling)
     run()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

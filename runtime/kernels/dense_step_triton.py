@@ -4,7 +4,9 @@ every layer's q/k/v, attention, o_proj, gate/up and down, then the final norm an
 A launch-bound step of ~50 kernels of a few microseconds each becomes one launch whose programs stay resident and
 meet at a grid-wide barrier between phases: each phase needs every row's whole output of the one before (a norm, a
 GEMV's input), so its programs wait for all of them. A barrier is one atomic arrival and a spin on an L2 counter
-(~1 us) where a kernel boundary costs a drain, a launch and a ramp-up (~3-4 us, bench/kernels/NOTES.md).
+(~1 us) where a kernel boundary costs a drain, a launch and a ramp-up (~3-4 us, bench/kernels/NOTES.md). Measured
+on an H100 it is still slower than the layer-by-layer path (each phase costs 7.5-10 us whatever its bytes; run 12
+there), so the talker uses it only when asked (`FrameStep.set_dense_rows`).
 
 Phases, for layer l (5 l + ...):
   0 qkv     RMSNorm(s0) * input_norm @ W_qkv^T                                      -> qkv
@@ -13,6 +15,7 @@ Phases, for layer l (5 l + ...):
   3 gate_up silu(RMSNorm(s1) * post_norm @ W_gate^T) * (... @ W_up^T)                -> act
   4 down    s0 = s1 + act @ W_down^T                                                -> s0
 then 5 L: RMSNorm(each row's last position of s0) * final_norm @ W_head^T -> logits (fp32).
+o and down (H / BLOCK_N tiles, fewer than the SMs) may split each tile's K range over programs (`Tiling.split_narrow`).
 Intermediate values round to the activations' dtype where the model's own modules do (each linear's output, the
 normed input before its weight, the residual sums), so the step tracks the layer-by-layer path's numbers.
 
@@ -267,7 +270,8 @@ def launch_dense_step(
     heads, kv_heads = stack.num_heads, stack.num_kv_heads
     if programs is None:
         work = (stack.qkv.shape[1] // tiling.block_n_wide, inter // tiling.block_n_wide,
-                hidden // tiling.block_n_narrow * tiling.split_narrow, head.shape[0] // tiling.block_n_narrow, batch * kv_heads)
+                hidden // tiling.block_n_narrow * tiling.split_narrow, head.shape[0] // tiling.block_n_narrow,
+                batch * kv_heads)
         programs = min(num_sms(buffers.s0.device.index or 0), max(work))
     phases = stack.layers * PHASES_PER_LAYER + 1
     spans = [(0, phases)] if sync else [(p, p + 1) for p in range(phases)]

@@ -307,7 +307,8 @@ class FrameStep:
         codes, start = [], 0
         for g in range(1, self.model.cfg.num_code_groups):
             steps = 2 if g == 1 else 1
-            dense_step(weights.stack, heads[g - 1].weight, buffers, batch, steps, start, cos, sin, plan.predictor_logits)
+            dense_step(weights.stack, heads[g - 1].weight, buffers, batch, steps, start, cos, sin,
+                       plan.predictor_logits)
             start += steps
             codes.append(picker(plan.predictor_logits, None if mode == "greedy" else noise[:, g - 1]))
             if g < len(heads):
