@@ -121,14 +121,15 @@ def full_batch(model: TalkerModel, batch: int, frames: int, fast: bool, dense: b
     return runner, states
 
 
-def calibrate_routing(model: TalkerModel, batch: int, frames: int) -> dict[str, Any]:
-    """bench/talker/balance.py's two passes, each on `batch` prompts' prefill and `frames` eager decode steps."""
+def calibrate_routing(model: TalkerModel, batch: int, frames: int, **how: Any) -> dict[str, Any]:
+    """bench/talker/balance.py's passes (`how`: its options), each on `batch` prompts' prefill and `frames` eager
+    decode steps."""
     def drive() -> None:
         runner, states = full_batch(model, batch, frames, fast=False)
         for _ in range(frames):
             runner.step(states)
 
-    return balance_talker_routing(model, drive)
+    return balance_talker_routing(model, drive, **how)
 
 
 def routing(model: TalkerModel, mode: str, batches: list[int], frames: int) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 the record says so in the shared schema, and the fused frame path reads the calibrated weights."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from bench.moe_routing import validate_routing_record
@@ -40,3 +41,17 @@ def test_rows_of_a_batch_share_no_words_and_draw_the_same_ones_every_run() -> No
             assert len((prompts[i] & prompts[j]) - header) <= 1  # 20 draws from ~149k ids: a collision is rare
             assert sum(a == b for a, b in zip(texts[i], texts[j])) <= 1
     assert row_tokens(3, 64, 1) == texts[3] and row_tokens(3, 20, 0) != row_tokens(3, 20, 1)[:20]
+
+
+def test_routing_probe_records_each_variant_from_the_same_drawn_weights(tmp_path) -> None:  # noqa: ANN001
+    from bench.talker.routing_probe import main, parse_variant
+
+    out = main(["--tiny", "--batches", "4", "--frames", "2", "--variants", "whiten:all:2", "whiten-calls:layers:2",
+                "--out", str(tmp_path / "probe.json")])
+    assert [v["name"] for v in out["variants"]] == ["whiten:all:2", "whiten-calls:layers:2"]
+    assert [v["calibration"]["passes"] for v in out["variants"]] == [2, 2]  # the demo talker has 2 layers
+    for record in (out["native"], *(v["routing"] for v in out["variants"])):
+        validate_routing_record(record)
+    assert out["command"].startswith("bench/talker/routing_probe.py --tiny")
+    with pytest.raises(ValueError, match="ORDER must be"):
+        parse_variant("whiten:sideways:2")
