@@ -130,41 +130,8 @@ def whiten_inputs(weight: torch.Tensor, x: torch.Tensor, shrinkage: float = 0.1)
     weight.copy_((new * spread).to(weight.dtype))
 
 
-@torch.no_grad()
-def whiten_within_calls(weight: torch.Tensor, calls: Sequence[torch.Tensor], shrinkage: float = 0.1,
-                        shared_weight: float = 16.0) -> None:
-    """`whiten_inputs` for a router whose inputs come in calls routed together (each [T_i, H]: a decode step's
-    rows): weight [E, H] <- weight @ (a B + D)^-1/2, rescaled as there, with B the second moment of the calls' means
-    (what a call's rows share, the mean of all inputs included), D the covariance of the rows about their own call's
-    mean (what tells them apart) and a = `shared_weight`.
-
-    A random model's deeper layers give the rows of one decode step hidden states that differ less from each other
-    than from another step's (its position, the drift every row shares), so whitening all tokens pooled (a = 1) gives
-    each step's rows a common offset that piles them onto the experts it favours. Weighting the shared part a times
-    over leaves it at most 1/a of a unit-variance logit in any direction, while directions the rows differ in are
-    whitened as before; a projection of the means' span instead would blow up whatever of it the projection missed."""
-    xs = [c.float() for c in calls if c.shape[0]]
-    means = torch.stack([x.mean(dim=0) for x in xs])  # [S, H]
-    counts = torch.tensor([float(x.shape[0]) for x in xs], device=means.device)
-    shared = (means.T * counts) @ means / counts.sum()  # token-weighted second moment of the call means
-    within = torch.cat([x - m for x, m in zip(xs, means)])  # [T, H]
-    apart = within.T @ within / max(1, within.shape[0] - 1)
-    # shrunk towards the within-call variance: the shared part's size must not swamp the directions rows differ in
-    cov = shared_weight * shared + apart + shrinkage * apart.diagonal().mean() * torch.eye(apart.shape[0],
-                                                                                           device=apart.device)
-    vals, vecs = torch.linalg.eigh(cov)
-    w = weight.float()
-    new = w @ ((vecs * vals.rsqrt()) @ vecs.T)
-    pooled = torch.cat(xs)
-    spread = (pooled @ w.T).std() / (pooled @ new.T).std().clamp_min(1e-12)
-    weight.copy_((new * spread).to(weight.dtype))
-
-
 CALIBRATIONS: dict[str, Calibration] = {"mean": remove_mean_direction, "whiten": whiten_inputs,
                                          "whiten-light": partial(whiten_inputs, shrinkage=0.01)}
-# the same for routers whose inputs are kept call by call (a decode step's rows each): (weight, calls) -> in place
-CALL_CALIBRATIONS: dict[str, Callable[[torch.Tensor, Sequence[torch.Tensor]], None]] = {
-    "whiten-calls": whiten_within_calls}
 
 
 def step_experts_touched(steps: Iterable[Sequence[tuple[int, int]]], experts: dict[int, torch.Tensor],

@@ -26,7 +26,7 @@ from bench.talker.bench_talker import calibrate_routing, provenance, random_mode
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
 from services.talker.model.config import parse_talker_config  # noqa: E402
 
-DEFAULT_VARIANTS = ["whiten:all:32", "whiten:layers:32", "whiten-calls:layers:32"]
+DEFAULT_VARIANTS = ["whiten:all:32", "whiten:layers:32"]
 
 
 def parse_variant(text: str) -> dict[str, Any]:

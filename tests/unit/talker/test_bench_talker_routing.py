@@ -46,9 +46,9 @@ def test_rows_of_a_batch_share_no_words_and_draw_the_same_ones_every_run() -> No
 def test_routing_probe_records_each_variant_from_the_same_drawn_weights(tmp_path) -> None:  # noqa: ANN001
     from bench.talker.routing_probe import main, parse_variant
 
-    out = main(["--tiny", "--batches", "4", "--frames", "2", "--variants", "whiten:all:2", "whiten-calls:layers:2",
+    out = main(["--tiny", "--batches", "4", "--frames", "2", "--variants", "whiten:all:2", "mean:layers:2",
                 "--out", str(tmp_path / "probe.json")])
-    assert [v["name"] for v in out["variants"]] == ["whiten:all:2", "whiten-calls:layers:2"]
+    assert [v["name"] for v in out["variants"]] == ["whiten:all:2", "mean:layers:2"]
     assert [v["calibration"]["passes"] for v in out["variants"]] == [2, 2]  # the demo talker has 2 layers
     for record in (out["native"], *(v["routing"] for v in out["variants"])):
         validate_routing_record(record)

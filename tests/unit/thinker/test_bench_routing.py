@@ -10,7 +10,7 @@ import torch
 
 from bench.moe_routing import (
     RouterTap, distinct_per_layer, moe_layers, remove_mean_direction, routing_record, step_experts_touched,
-    uniform_experts, validate_routing_record, whiten_inputs, whiten_within_calls,
+    uniform_experts, validate_routing_record, whiten_inputs,
 )
 from bench.thinker import engine_loop
 from bench.thinker.balance import balance_routing
@@ -96,31 +96,6 @@ def test_calibration_spreads_a_batch_that_shares_one_direction(calibrate) -> Non
     calibrate(weight, x)
     assert before < 0.7 * uniform_experts(e, 8, rows)
     assert touched(weight) == pytest.approx(uniform_experts(e, 8, rows), rel=0.05)
-
-
-def test_call_whitening_spreads_rows_that_share_their_step() -> None:
-    """Decode steps whose rows share an offset of their own (a random model's deep layers): whitened pooled, a
-    step's rows still pile onto the experts its offset favours; whitened call by call, they spread as uniform."""
-    gen = torch.Generator().manual_seed(2)
-    h, e, rows, steps = 64, 128, 16, 64
-    basis = torch.linalg.qr(torch.randn(h, 4, generator=gen))[0]  # the steps' offsets span 4 directions
-    common = torch.randn(h, generator=gen) * 4
-    calls = [common + basis @ (torch.randn(4, generator=gen) * 3) + torch.randn(rows, h, generator=gen) * 0.3
-             for _ in range(steps)]
-    drawn = torch.randn(e, h, generator=gen) * 0.02
-
-    def touched(w: torch.Tensor) -> float:
-        picks = torch.stack([torch.topk(c @ w.T, 8, dim=-1).indices for c in calls])  # [steps, rows, k]
-        return distinct_per_layer(picks, e).float().mean().item()
-
-    pooled, by_call = drawn.clone(), drawn.clone()
-    whiten_inputs(pooled, torch.cat(calls))
-    whiten_within_calls(by_call, calls)
-    uniform = uniform_experts(e, 8, rows)
-    assert touched(pooled) < 0.9 * uniform
-    assert touched(by_call) == pytest.approx(uniform, rel=0.05)
-    spread = [(w @ torch.cat(calls).T).std().item() for w in (drawn, by_call)]
-    assert spread[1] == pytest.approx(spread[0], rel=1e-3)  # the logits keep the scale they had
 
 
 def test_balanced_workload_routes_demo_dims_like_uniform(demo_ckpt: Path) -> None:
