@@ -21,6 +21,7 @@ if __package__ in (None, ""):
 
 import torch  # noqa: E402
 
+from bench.moe_routing import CALIBRATIONS  # noqa: E402
 from bench.talker.balance import talker_routers  # noqa: E402
 from bench.talker.bench_talker import calibrate_routing, provenance, random_model, real_config, routing  # noqa: E402
 from runtime.checkpoint.demo_config import demo_config  # noqa: E402
@@ -30,10 +31,12 @@ DEFAULT_VARIANTS = ["whiten:all:32", "whiten:layers:32"]
 
 
 def parse_variant(text: str) -> dict[str, Any]:
-    how, order, frames = text.split(":")
-    if order not in ("layers", "all"):
-        raise ValueError(f"variant {text!r}: ORDER must be 'layers' or 'all'")
-    return {"name": text, "how": how, "per_layer": order == "layers", "frames": int(frames)}
+    parts = text.split(":")
+    if len(parts) != 3 or parts[0] not in CALIBRATIONS or parts[1] not in ("layers", "all") \
+            or not parts[2].isdigit() or int(parts[2]) < 1:
+        raise ValueError(f"variant {text!r}: expected HOW:ORDER:FRAMES, HOW one of {sorted(CALIBRATIONS)}, ORDER "
+                         "'layers' or 'all', FRAMES a positive count")
+    return {"name": text, "how": parts[0], "per_layer": parts[1] == "layers", "frames": int(parts[2])}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -46,12 +46,15 @@ def test_rows_of_a_batch_share_no_words_and_draw_the_same_ones_every_run() -> No
 def test_routing_probe_records_each_variant_from_the_same_drawn_weights(tmp_path) -> None:  # noqa: ANN001
     from bench.talker.routing_probe import main, parse_variant
 
-    out = main(["--tiny", "--batches", "4", "--frames", "2", "--variants", "whiten:all:2", "mean:layers:2",
+    variants = ["whiten:all:2", "mean:layers:2", "whiten:all:2"]
+    out = main(["--tiny", "--batches", "4", "--frames", "2", "--variants", *variants,
                 "--out", str(tmp_path / "probe.json")])
-    assert [v["name"] for v in out["variants"]] == ["whiten:all:2", "mean:layers:2"]
-    assert [v["calibration"]["passes"] for v in out["variants"]] == [2, 2]  # the demo talker has 2 layers
+    assert [v["name"] for v in out["variants"]] == variants
     for record in (out["native"], *(v["routing"] for v in out["variants"])):
         validate_routing_record(record)
+    first, _, again = (v["routing"]["experts_touched"] for v in out["variants"])
+    assert first == again  # each variant starts from the drawn routers, not from the one before
     assert out["command"].startswith("bench/talker/routing_probe.py --tiny")
-    with pytest.raises(ValueError, match="ORDER must be"):
-        parse_variant("whiten:sideways:2")
+    for bad in ("whiten:sideways:2", "whiten:all", "shout:all:2", "whiten:all:0"):
+        with pytest.raises(ValueError, match="expected HOW:ORDER:FRAMES"):
+            parse_variant(bad)
