@@ -71,6 +71,7 @@ async def _abort(context: grpc.aio.ServicerContext, err: OmniError) -> None:
 # sending, up to REFUSED_STREAM_DRAIN_MAX_S, and no longer than REFUSED_STREAM_DRAIN_S after the last message came.
 REFUSED_STREAM_DRAIN_S = 1.0
 REFUSED_STREAM_DRAIN_MAX_S = 60.0
+BUSY_STREAM_POLL_S = 0.02  # while another task of the handler reads the stream
 
 
 async def _drain(requests: Any) -> None:
@@ -79,19 +80,29 @@ async def _drain(requests: Any) -> None:
     written everything and half-closed, it reads the real status. A gateway relaying a 145 MB video to a busy stage
     writes for seconds: a fixed 1 s cut it off mid-stream (issue 18), so the drain lasts while messages keep coming
     and gives up REFUSED_STREAM_DRAIN_S after the last one (a client that stopped without half-closing), or at
-    REFUSED_STREAM_DRAIN_MAX_S in all. Ends at once when the handler had read the stream to its end."""
+    REFUSED_STREAM_DRAIN_MAX_S in all. Ends at once when the handler had read the stream to its end.
+
+    A handler may leave a task of its own reading the stream (the talker's relay of text): while that task is inside
+    the stream's anext() a second anext() raises RuntimeError, and the call used to end UNKNOWN in place of the
+    refusal. That task drains for us meanwhile; this polls until it lets go, within the same bounds."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + REFUSED_STREAM_DRAIN_MAX_S
+    last = loop.time()  # the last message read, or the start
     iterator = aiter(requests)
-    try:
-        while True:
-            idle_s = min(REFUSED_STREAM_DRAIN_S, give_up - loop.time())
-            if idle_s <= 0:
-                return
-            async with asyncio.timeout(idle_s):
+    while True:
+        left = min(last + REFUSED_STREAM_DRAIN_S, give_up) - loop.time()
+        if left <= 0:
+            return
+        try:
+            async with asyncio.timeout(left):
                 await anext(iterator)
-    except (TimeoutError, grpc.RpcError, asyncio.InvalidStateError, StopAsyncIteration):
-        pass
+            last = loop.time()
+        except RuntimeError as err:
+            if "already running" not in str(err):
+                raise
+            await asyncio.sleep(BUSY_STREAM_POLL_S)
+        except (TimeoutError, grpc.RpcError, asyncio.InvalidStateError, StopAsyncIteration):
+            return
 
 
 async def _handle_failure(exc: BaseException, context: grpc.aio.ServicerContext, behavior: Any,

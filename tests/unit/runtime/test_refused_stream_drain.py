@@ -20,7 +20,7 @@ from grpc_status import rpc_status
 
 import runtime.interceptor as interceptor
 from omnimesh.v1 import vision_pb2, vision_pb2_grpc
-from runtime.errors import InvalidArgument, ResourceExhausted
+from runtime.errors import InvalidArgument, ResourceExhausted, Unavailable
 from runtime.interceptor import ErrorMappingInterceptor
 from runtime.metrics import Metrics
 from tests.integration.vision.vision_calls import frame_msgs, frames, start_msg
@@ -40,6 +40,27 @@ class Refusing(vision_pb2_grpc.VisionServicer):
         await anext(request_iterator)
         raise InvalidArgument("frames[item.0]", "has dtype FLOAT32; frames are uint8 RGB")
         yield vision_pb2.VisionResponse()  # an async generator, as the real handler is
+
+
+class RefusingWithARelay(vision_pb2_grpc.VisionServicer):
+    """Leaves a task of its own reading the rest of the stream, then fails, as the talker's Speak does when its
+    engine dies while the text relay waits on the next message."""
+
+    def __init__(self) -> None:
+        self.relayed = 0
+
+    async def _relay(self, request_iterator: AsyncIterator[vision_pb2.VisionRequest]) -> None:
+        async for _ in request_iterator:
+            self.relayed += 1
+
+    async def Encode(self, request_iterator: AsyncIterator[vision_pb2.VisionRequest],
+                     context: grpc.aio.ServicerContext) -> AsyncIterator[vision_pb2.VisionResponse]:
+        await anext(request_iterator)
+        relay = asyncio.create_task(self._relay(request_iterator))
+        await asyncio.sleep(0.1)  # the relay is inside the stream's anext() now
+        relay.add_done_callback(lambda t: t.cancelled() or t.exception())
+        raise Unavailable("the vision engine has failed", stage="vision")
+        yield vision_pb2.VisionResponse()
 
 
 async def _serve(servicer: vision_pb2_grpc.VisionServicer) -> tuple[grpc.aio.Server, str]:
@@ -127,3 +148,15 @@ def test_the_drain_of_a_client_that_never_stops_writing_is_bounded(monkeypatch: 
     # the call ends (its status is the refusal, or grpc's INTERNAL when a write meets it: this client never stops)
     assert err.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INTERNAL)
     assert 1.4 <= seconds < 1.5 + 3
+
+
+@pytest.mark.parametrize("keep_open_s", [0.0, 20.0])
+def test_a_refusal_while_the_handlers_own_task_reads_the_stream_keeps_its_status(keep_open_s: float) -> None:
+    """A second reader of a request stream meets 'anext(): asynchronous generator is already running'; the call
+    ends with the handler's UNAVAILABLE, not UNKNOWN: at once when the client half-closes (the relay reads to the
+    end), after the idle drain when it keeps the stream open."""
+    servicer = RefusingWithARelay()
+    err, seconds = _run(servicer, _busy_writer(4, 0.03, keep_open_s=keep_open_s))
+    assert err.code() == grpc.StatusCode.UNAVAILABLE, (err.code(), err.details())
+    assert err.details() == "the vision engine has failed"
+    assert seconds < interceptor.REFUSED_STREAM_DRAIN_S + 3
