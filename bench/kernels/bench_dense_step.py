@@ -25,8 +25,7 @@ from tests.unit.kernels.test_kernel_dense_step_gpu import POSITIONS, frame_input
 # measured 2026-12-07 (bench/kernels/NOTES.md run 12): o_proj / down split in 2 the fastest; 4 stages, K tiles of
 # 64 or 256 and 64-wide tiles no faster; an L2 prefetch of the next phase's weights 4% slower (removed)
 TILINGS = [Tiling(32, 16, 128, num_stages=3), Tiling(32, 16, 128, num_stages=3, split_narrow=2),
-           Tiling(32, 16, 128, num_stages=3, split_narrow=4), Tiling(32, 16, 128, num_stages=2, split_narrow=2),
-           Tiling(32, 16, 128, num_stages=3, split_narrow=2, specialise=True)]  # its "phases" figure: each kind alone
+           Tiling(32, 16, 128, num_stages=3, split_narrow=4), Tiling(32, 16, 128, num_stages=2, split_narrow=2)]
 
 
 def frame_runner(stack, heads, cos, sin, rows: int, persistent: bool, tiling: Tiling):  # noqa: ANN001, ANN201
@@ -113,11 +112,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.profile:
         names = [f"{layer}.{kind}" for layer in range(stack.layers) for kind in ("qkv", "attn", "o", "gate_up", "down")]
         for rows in args.rows:
-            for split, specialise in ((1, False), (2, False), (2, True)):
-                tiling = default_tiling(stack, heads[0])._replace(split_narrow=split, specialise=specialise)
+            for split in (1, 2):
+                tiling = default_tiling(stack, heads[0])._replace(split_narrow=split)
                 us = dict(zip(names + ["head"], phase_us(stack, heads, cos, sin, rows, tiling, 10)))
-                profiles[f"rows {rows}, split {split}, specialised {specialise}"] = us
-                print(rows, split, specialise, "phases us:", {k: round(v, 1) for k, v in us.items()}, flush=True)
+                profiles[f"rows {rows}, split {split}"] = us
+                print(rows, split, "phases us:", {k: round(v, 1) for k, v in us.items()}, flush=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     result = {"commit": os.environ.get("OMNIMESH_COMMIT") or head, "device": torch.cuda.get_device_name(),
               "command": " ".join(sys.argv),

@@ -126,7 +126,6 @@ class Tiling(NamedTuple):
     num_warps: int = 8
     num_stages: int = 2
     split_narrow: int = 1  # programs sharing each o_proj / down tile's K range (fp32 partials, the last adds them)
-    specialise: bool = False  # one launch per phase only: each compiled for its phase kind (fewer registers)
 
 
 def default_tiling(stack: DenseStack, head: torch.Tensor) -> Tiling | None:

@@ -38,8 +38,7 @@ from runtime.kernels.paged_attention_triton import num_sms
 
 PHASES_PER_LAYER = 5
 # the jitted kernel reads module globals only as constexprs
-QKV, ATTN, O_PROJ, GATE_UP, DOWN, HEAD = (tl.constexpr(i) for i in range(6))  # HEAD: the phase after the layers
-EVERY = tl.constexpr(-1)  # the kernel's ONLY for a launch that may run any phase
+QKV, ATTN, O_PROJ, GATE_UP = (tl.constexpr(i) for i in range(4))  # then DOWN
 # linear epilogues
 STORE = tl.constexpr(0)  # the product, rounded to the activations' dtype, into out (any dtype)
 SILU_MUL = tl.constexpr(1)  # silu(gate) * up from the stacked [gate; up] weight
@@ -206,11 +205,10 @@ def dense_step_kernel(
     LAYERS: tl.constexpr, H: tl.constexpr, HQ: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
     INTER: tl.constexpr, VOCAB: tl.constexpr, P: tl.constexpr, STEPS: tl.constexpr, ROWS: tl.constexpr,
     BLOCK_N_WIDE: tl.constexpr, BLOCK_N_NARROW: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_NARROW: tl.constexpr,
-    LAYER_PHASES: tl.constexpr, SYNC: tl.constexpr, ONLY: tl.constexpr, PRECISION: tl.constexpr,
+    LAYER_PHASES: tl.constexpr, SYNC: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Phases [phase_lo, phase_hi) of a step of `batch` rows, STEPS new positions each from `start` (token m =
     row * STEPS + position, M = batch * STEPS <= ROWS), the step's input in s0 [M, H]; see the module docstring.
-    ONLY: EVERY, or the one phase kind (QKV..DOWN, HEAD) the launch runs, compiled without the others' code.
 
     s0/s1 [>= M, H], qkv [>= M, (HQ + 2 KVH) D], attn [>= M, HQ D], act [>= M, INTER]; weights stacked by layer;
     cos/sin [P, D] by position; logits [batch, VOCAB] fp32; counter_ptr int32 zeros (the barrier's two, then one
@@ -227,31 +225,26 @@ def dense_step_kernel(
         layer = phase // LAYER_PHASES
         kind = phase - layer * LAYER_PHASES
         if layer == LAYERS:  # each row's last position through the final norm and the head
-            if ONLY == EVERY or ONLY == HEAD:
-                last = s0_ptr + (rows * STEPS + STEPS - 1) * H
-                _linear(last, rows < batch, final_norm, eps, w_head, logits_ptr + rows * VOCAB, last, part_ptr,
-                        tiles_ptr, pid, nprog, VOCAB, H, True, STORE, ROWS, BLOCK_N_NARROW, BLOCK_K, 1, PRECISION)
+            last = s0_ptr + (rows * STEPS + STEPS - 1) * H
+            _linear(last, rows < batch, final_norm, eps, w_head, logits_ptr + rows * VOCAB, last, part_ptr,
+                    tiles_ptr, pid, nprog, VOCAB, H, True, STORE, ROWS, BLOCK_N_NARROW, BLOCK_K, 1, PRECISION)
         elif kind == QKV:
-            if ONLY == EVERY or ONLY == QKV:
-                _linear(s0_rows, row_ok, input_norm + layer * H, eps, w_qkv + layer.to(tl.int64) * width * H,
-                        qkv_ptr + rows * width, s0_rows, part_ptr, tiles_ptr, pid, nprog,
-                        width, H, True, STORE, ROWS, BLOCK_N_WIDE, BLOCK_K, 1, PRECISION)
+            _linear(s0_rows, row_ok, input_norm + layer * H, eps, w_qkv + layer.to(tl.int64) * width * H,
+                    qkv_ptr + rows * width, s0_rows, part_ptr, tiles_ptr, pid, nprog,
+                    width, H, True, STORE, ROWS, BLOCK_N_WIDE, BLOCK_K, 1, PRECISION)
         elif kind == ATTN:
-            if ONLY == EVERY or ONLY == ATTN:
-                _attention(qkv_ptr, attn_ptr, cache_ptr + layer.to(tl.int64) * 2 * max_rows * KVH * P * D,
-                           q_norm + layer * D, k_norm + layer * D, cos_ptr, sin_ptr, start, batch, eps, scale, pid,
-                           nprog, max_rows, STEPS, HQ, KVH, D, P)
+            _attention(qkv_ptr, attn_ptr, cache_ptr + layer.to(tl.int64) * 2 * max_rows * KVH * P * D,
+                       q_norm + layer * D, k_norm + layer * D, cos_ptr, sin_ptr, start, batch, eps, scale, pid,
+                       nprog, max_rows, STEPS, HQ, KVH, D, P)
         elif kind == O_PROJ:
-            if ONLY == EVERY or ONLY == O_PROJ:
-                _linear(attn_ptr + rows * HQ * D, row_ok, input_norm, eps, w_o + layer.to(tl.int64) * H * HQ * D,
-                        s1_rows, s0_rows, part_ptr, tiles_ptr, pid, nprog, H, HQ * D, False, RESIDUAL, ROWS,
-                        BLOCK_N_NARROW, BLOCK_K, SPLIT_NARROW, PRECISION)
+            _linear(attn_ptr + rows * HQ * D, row_ok, input_norm, eps, w_o + layer.to(tl.int64) * H * HQ * D,
+                    s1_rows, s0_rows, part_ptr, tiles_ptr, pid, nprog, H, HQ * D, False, RESIDUAL, ROWS,
+                    BLOCK_N_NARROW, BLOCK_K, SPLIT_NARROW, PRECISION)
         elif kind == GATE_UP:
-            if ONLY == EVERY or ONLY == GATE_UP:
-                _linear(s1_rows, row_ok, post_norm + layer * H, eps,
-                        w_gate_up + layer.to(tl.int64) * 2 * INTER * H, act_ptr + rows * INTER, s1_rows, part_ptr,
-                        tiles_ptr, pid, nprog, INTER, H, True, SILU_MUL, ROWS, BLOCK_N_WIDE, BLOCK_K, 1, PRECISION)
-        elif ONLY == EVERY or ONLY == DOWN:
+            _linear(s1_rows, row_ok, post_norm + layer * H, eps, w_gate_up + layer.to(tl.int64) * 2 * INTER * H,
+                    act_ptr + rows * INTER, s1_rows, part_ptr, tiles_ptr, pid, nprog,
+                    INTER, H, True, SILU_MUL, ROWS, BLOCK_N_WIDE, BLOCK_K, 1, PRECISION)
+        else:
             _linear(act_ptr + rows * INTER, row_ok, input_norm, eps, w_down + layer.to(tl.int64) * H * INTER,
                     s0_rows, s1_rows, part_ptr, tiles_ptr, pid, nprog, H, INTER, False, RESIDUAL, ROWS,
                     BLOCK_N_NARROW, BLOCK_K, SPLIT_NARROW, PRECISION)
@@ -272,23 +265,18 @@ def launch_dense_step(
     programs: int | None = None,
 ) -> None:
     """`dense_step` on the GPU (or the interpreter, sync False): one launch of every phase with barriers, or one
-    launch per phase (with `tiling.specialise`, each compiled for its phase kind alone and given that kind's
-    grid). `programs` None: one per SM, fewer where no phase has that much work."""
+    launch per phase. `programs` None: one per SM, fewer where no phase has that much work."""
     hidden, inter, d = stack.hidden, stack.intermediate, stack.head_dim
     heads, kv_heads = stack.num_heads, stack.num_kv_heads
-    # work items of each phase kind, QKV..DOWN then HEAD
-    work = (stack.qkv.shape[1] // tiling.block_n_wide, batch * kv_heads,
-            hidden // tiling.block_n_narrow * tiling.split_narrow, inter // tiling.block_n_wide,
-            hidden // tiling.block_n_narrow * tiling.split_narrow, head.shape[0] // tiling.block_n_narrow)
-    sms = programs or num_sms(buffers.s0.device.index or 0)
+    if programs is None:
+        work = (stack.qkv.shape[1] // tiling.block_n_wide, inter // tiling.block_n_wide,
+                hidden // tiling.block_n_narrow * tiling.split_narrow, head.shape[0] // tiling.block_n_narrow,
+                batch * kv_heads)
+        programs = min(num_sms(buffers.s0.device.index or 0), max(work))
     phases = stack.layers * PHASES_PER_LAYER + 1
     spans = [(0, phases)] if sync else [(p, p + 1) for p in range(phases)]
     for lo, hi in spans:
-        only = -1
-        if tiling.specialise and hi == lo + 1:
-            only = PHASES_PER_LAYER if lo == phases - 1 else lo % PHASES_PER_LAYER
-        grid = programs or min(sms, max(work) if only < 0 else work[only])  # programs: the tests' fixed grid
-        dense_step_kernel[(grid,)](
+        dense_step_kernel[(programs,)](
             buffers.s0, buffers.s1, buffers.qkv, buffers.attn, buffers.act, buffers.cache, logits, buffers.counter,
             buffers.parts,
             stack.qkv, stack.o, stack.gate_up, stack.down, stack.input_norm, stack.post_norm, stack.q_norm,
@@ -298,7 +286,7 @@ def launch_dense_step(
             P=buffers.positions, STEPS=steps, ROWS=max(16, next_power_of_2(batch * steps)),
             BLOCK_N_WIDE=tiling.block_n_wide, BLOCK_N_NARROW=tiling.block_n_narrow, BLOCK_K=tiling.block_k,
             SPLIT_NARROW=tiling.split_narrow,
-            LAYER_PHASES=PHASES_PER_LAYER, SYNC=sync, ONLY=only,
+            LAYER_PHASES=PHASES_PER_LAYER, SYNC=sync,
             PRECISION="ieee" if buffers.s0.dtype == torch.float32 else "tf32",
             num_warps=tiling.num_warps, num_stages=tiling.num_stages,
         )  # fmt: skip

@@ -152,8 +152,7 @@ def compile_deltanet_parts() -> None:
 
 def compile_dense_step() -> None:
     """The code predictor's persistent step (5 layers of hidden 1024, 16/8 heads of 128, SwiGLU 3072, a 2048-id
-    head): one row of two positions, 16 rows of one (the MMA tile's 16 rows), 16 of two (32 rows); then the phases
-    launched one by one, specialised."""
+    head): one row of two positions, 16 rows of one (the MMA tile's 16 rows), 16 of two (32 rows)."""
     from runtime.kernels.dense_step import DenseStack, DenseStepBuffers, default_tiling
     from runtime.kernels.dense_step_triton import launch_dense_step
 
@@ -167,9 +166,6 @@ def compile_dense_step() -> None:
     for batch, steps in ((1, 2), (16, 1), (16, 2)):
         launch_dense_step(stack, head, buffers, batch, steps, 0, e(positions, d), e(positions, d),
                           torch.zeros(batch, vocab), default_tiling(stack, head), programs=128)
-    # one launch per phase, each compiled for its phase kind (62-80 registers where the whole step takes 254)
-    launch_dense_step(stack, head, buffers, 1, 2, 0, e(positions, d), e(positions, d), torch.zeros(1, vocab),
-                      default_tiling(stack, head)._replace(specialise=True), sync=False, programs=128)
 
 
 def compile_pdl_variants() -> list[str]:

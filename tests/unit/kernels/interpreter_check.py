@@ -263,8 +263,7 @@ def check_fla_decode_in_place() -> None:
 def check_dense_step(dtype: torch.dtype) -> None:
     """The persistent dense step's phases (one launch each: the interpreter runs programs in turn, where a grid
     barrier would never open) over a frame's steps whose cache grows, against the reference; 3 programs share out
-    every phase's tiles and (row, kv head) items; then with o_proj and down split over K (split_narrow 2), then with
-    each launch specialised to its phase kind."""
+    every phase's tiles and (row, kv head) items; then with o_proj and down split over K (split_narrow 2)."""
     from runtime.kernels.dense_step import DenseStack, DenseStepBuffers, default_tiling, dense_step_reference
     from runtime.kernels.dense_step_triton import launch_dense_step
 
@@ -279,8 +278,7 @@ def check_dense_step(dtype: torch.dtype) -> None:
     angles = torch.arange(positions).float()[:, None] / (100 ** (torch.arange(0, d, 2).float() / d))
     cos, sin = torch.cat((angles, angles), -1).cos().to(dtype), torch.cat((angles, angles), -1).sin().to(dtype)
     tiling = default_tiling(stack, head)
-    # then o_proj and down's K ranges in halves; then each phase's launch compiled for its kind alone
-    for tiling in (tiling, tiling._replace(block_k=16, split_narrow=2), tiling._replace(specialise=True)):
+    for tiling in (tiling, tiling._replace(block_k=16, split_narrow=2)):  # o_proj and down's K ranges in halves
         batch, start = 3, 0
         got, want = DenseStepBuffers.allocate(stack, 4, positions), DenseStepBuffers.allocate(stack, 4, positions)
         for steps in (2, 1, 1):
