@@ -71,6 +71,8 @@ def phase_us(stack, heads, cos, sin, rows: int, tiling: Tiling, repeats: int) ->
     frame's 15 steps and `repeats` frames: where a persistent step's time goes."""
     from torch.profiler import ProfilerActivity, profile
 
+    from runtime.kernels.dense_step_triton import PHASES_PER_LAYER  # imports triton
+
     run = frame_runner(stack, heads, cos, sin, rows, False, tiling)
     run()
     torch.cuda.synchronize()
@@ -80,7 +82,7 @@ def phase_us(stack, heads, cos, sin, rows: int, tiling: Tiling, repeats: int) ->
         torch.cuda.synchronize()
     kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA" and "dense_step" in e.name),
                      key=lambda e: e.time_range.start)
-    phases = stack.layers * 5 + 1
+    phases = stack.layers * PHASES_PER_LAYER + 1
     return [statistics.median(e.time_range.elapsed_us() for e in kernels[p::phases]) for p in range(phases)]
 
 
