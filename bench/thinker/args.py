@@ -42,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ckpt-dir", type=Path, default=None,
                    help="where --random-weights writes its checkpoint for the gateway run (default: /dev/shm or tmp)")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds the mesh may take to come up")
+    p.add_argument("--mesh-log-level", choices=("DEBUG", "INFO", "WARNING"), default="INFO",
+                   help="the gateway run's mesh log (DEBUG: each request's timeline in the thinker and gateway)")
 
 
 def command_line(prog: str, args: argparse.Namespace) -> str:

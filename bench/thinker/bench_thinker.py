@@ -51,7 +51,8 @@ from services.thinker.model import ThinkerConfig, ThinkerLM  # noqa: E402
 from services.thinker.request import ThinkerRequest  # noqa: E402
 
 log = logging.getLogger("bench_thinker")
-TARGETS = {"c1_tok_s": 450.0, "c32_tok_s": 2200.0, "ttft_1k_ms_p50": 60.0}
+# issue 23 (one H200, balanced routing, through the gateway); the earlier 2,200 / 60 ms were on the native workload
+TARGETS = {"c1_tok_s": 450.0, "c32_tok_s": 2100.0, "ttft_1k_ms_p50": 40.0}
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -298,23 +299,23 @@ class Bench:
         t0 = time.perf_counter()
         with open(log_path, "w") as log_file:
             mesh = gateway_loop.Mesh(model_dir, thinker, Path(tempfile.mkdtemp(prefix="bench-mesh-")), log_file,
-                                     args.ready_timeout)
+                                     args.ready_timeout, log_level=args.mesh_log_level)
             out["startup_s"] = time.perf_counter() - t0
             try:
-                self._gateway_levels(mesh.address, out)
+                self._gateway_levels(mesh, out)
             finally:
                 out["mesh_exit"] = mesh.stop()
         out["mesh_log"] = str(log_path)
         self.save()
 
-    def _gateway_levels(self, address: str, out: dict[str, Any]) -> None:
+    def _gateway_levels(self, mesh: gateway_loop.Mesh, out: dict[str, Any]) -> None:
         args = self.args
         maker = self.prompt_maker(args.prompt_tokens)
         index = 100_000  # other texts than the engine run's: nothing is cached across phases anyway
         for c in args.concurrency:
             requests = {i: self.chat_request(maker.make(i).text, args.output_tokens, i)
                         for i in range(index, index + 2 * c + self.measured(c))}
-            level = gateway_loop.run_level(address, lambda i: requests.get(i) or self.chat_request(
+            level = gateway_loop.run_level_with_stages(mesh, lambda i: requests.get(i) or self.chat_request(
                 maker.make(i).text, args.output_tokens, i), c, c, self.measured(c), index)
             index = level.pop("next_index")
             out["levels"].append(level)
@@ -323,10 +324,14 @@ class Bench:
             self.save()
         if args.long_prompt_tokens:
             long_maker = self.prompt_maker(args.long_prompt_tokens)
-            level = gateway_loop.run_level(address, lambda i: self.chat_request(
-                long_maker.make(i).text, args.long_output_tokens, i), 1, 1, args.long_requests, index)
-            level.pop("next_index")
-            out["long_prompt"] = level
+            # the long prompts with their usual answer, then alone (one token each): there every reported engine
+            # step is a prefill, so the stages' step_ms_mean beside the TTFT says what of it was not the step
+            for key, tokens in (("long_prompt", args.long_output_tokens), ("long_prompt_first_token", 1)):
+                level = gateway_loop.run_level_with_stages(mesh, lambda i, n=tokens: self.chat_request(
+                    long_maker.make(i).text, n, i), 1, 1, args.long_requests, index)
+                index = level.pop("next_index")
+                out[key] = level
+                self.save()
 
     def chat_request(self, text: str, max_tokens: int, index: int) -> omni_pb2.ChatRequest:
         return gateway_loop.chat_request(text, max_tokens, None if self.args.sampling == "greedy" else index)

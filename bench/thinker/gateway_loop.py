@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import grpc
 import yaml
 
-from bench.thinker.stage_counters import StageReading, read_stage
+from bench.thinker.stage_counters import StageReading, phase_summary, read_stage
 from bench.thinker.workload import RequestRecord, read_timing, summarize
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 
@@ -115,9 +115,10 @@ async def closed_loop(address: str, make_request: Callable[[int], Any], concurre
     async def worker(stub: omni_pb2_grpc.OmniStub) -> None:
         while not done.is_set():
             index = next(counter)
+            request = make_request(index)  # before the clock starts: building a prompt is the client's own time
             rec = RequestRecord(index, time.perf_counter(), warmup <= index - first_index < warmup + measured)
             records.append(rec)
-            await call(stub, make_request(index), rec)
+            await call(stub, request, rec)
             if rec.measured:
                 remaining[0] -= 1
                 if remaining[0] == 0:
@@ -147,4 +148,15 @@ def run_level(address: str, make_request: Callable[[int], omni_pb2.ChatRequest],
     records = asyncio.run(closed_loop(address, make_request, concurrency, warmup, measured, first_index))
     out = summarize(records, concurrency)
     out["next_index"] = first_index + len(records)
+    return out
+
+
+def run_level_with_stages(mesh: Mesh, make_request: Callable[[int], omni_pb2.ChatRequest], concurrency: int,
+                          warmup: int, measured: int, first_index: int) -> dict[str, Any]:
+    """`run_level` on the mesh, with what each of its processes did over the level (`stages`: engine steps and
+    their mean time, queue, CPU of each thread: bench/thinker/stage_counters.py), warm-up requests included."""
+    before, t0 = mesh.readings(), time.perf_counter()
+    out = run_level(mesh.address, make_request, concurrency, warmup, measured, first_index)
+    seconds, after = time.perf_counter() - t0, mesh.readings()
+    out["stages"] = {name: phase_summary(before[name], after[name], seconds) for name in after}
     return out

@@ -35,6 +35,11 @@ def test_tiny_bench_through_the_cli(tmp_path: Path) -> None:
             timed = {name for r in lv["raw"] if r["gateway_timing_ms"] for name in r["gateway_timing_ms"]}
             assert ("first_token" in timed and "thinker.queue" in timed) == (mode == "gateway"), timed
         assert result[mode]["long_prompt"]["requests"] == 1
+    # the gateway's long prompts again with one token each: every thinker step of that level is a prefill
+    alone = result["gateway"]["long_prompt_first_token"]
+    assert alone["requests"] == 1 and alone["tokens_per_request"] == [1]
+    assert alone["stages"]["thinker"]["rows_per_batch"] == 1 and alone["stages"]["thinker"]["step_ms_mean"] > 0
+    assert "step_ms_mean" in result["gateway"]["levels"][0]["stages"]["thinker"]
     assert result["errors"] == {} and result["engine"]["levels"][0]["decode_steps"]["steps"] > 0
     assert [r["batch"] for r in result["transformers"]["runs"]] == [1]
     assert result["transformers"]["runs"][0]["experts_touched"]["measured"] == 2  # demo: top-2 at one row
