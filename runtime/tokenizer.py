@@ -8,6 +8,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HfTokenizersTokenizer
 
+from runtime.tokenizer_pieces import can_cut, cut_pieces
+
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -35,6 +37,7 @@ class Tokenizer:
         self.eos_token_ids: tuple[int, ...] = tuple(eos_token_ids)
         self.vocab_size: int = tok.get_vocab_size(with_added_tokens=True)
         self._token_bytes: list[bytes] | None = None
+        self._can_cut = can_cut(tok)  # long texts are encoded in pieces, in parallel
 
     @classmethod
     def from_dir(cls, ckpt_dir: Path) -> Tokenizer:
@@ -62,10 +65,12 @@ class Tokenizer:
         """Token ids of `text`, no BOS/EOS added. With `allow_special=False` a string like `<|im_end|>` in the
         text is tokenized as ordinary characters rather than as the special token."""
         tok = self._tok if allow_special else self._literal_twin()
-        if len(text) < RELEASE_GIL_CHARS:
+        pieces = cut_pieces(text) if self._can_cut else [text]
+        if len(pieces) == 1 and len(text) < RELEASE_GIL_CHARS:
             return tok.encode(text, add_special_tokens=False).ids
-        # `encode` holds the GIL throughout (a 5 MB text stalled every other thread for 8 s); `encode_batch` lets go
-        return tok.encode_batch([text], add_special_tokens=False)[0].ids
+        # `encode` holds the GIL throughout (a 5 MB text stalled every other thread for 8 s); `encode_batch` lets go,
+        # and encodes the pieces on all cores (runtime/tokenizer_pieces.py)
+        return [i for encoding in tok.encode_batch(pieces, add_special_tokens=False) for i in encoding.ids]
 
     def _literal_twin(self) -> HfTokenizersTokenizer:
         """A copy that splits special-token strings like ordinary text; `encode_special_tokens` is a per-object
