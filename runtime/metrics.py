@@ -77,7 +77,8 @@ SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("omnimesh_kv_usage_ratio", "gauge", "Share of KV cache blocks in use.", stages=THINKER),
     MetricSpec("omnimesh_batch_size", "histogram", "Rows per step.", (), COUNT_BUCKETS, stages=ENGINES),
     MetricSpec("omnimesh_batch_tokens", "histogram", "Tokens per step.", (), TOKEN_BUCKETS, stages=THINKER),
-    MetricSpec("omnimesh_step_time_seconds", "histogram", "Wall time of one engine step.", (), STEP_BUCKETS, stages=ENGINES),
+    MetricSpec("omnimesh_step_time_seconds", "histogram", "Wall time of one engine step, from its launch or, "
+               "launched ahead, from the read of the step before it.", (), STEP_BUCKETS, stages=ENGINES),
     MetricSpec("omnimesh_encoder_latency_seconds", "histogram", "Wall time of one encoder forward.", (), STEP_BUCKETS, stages=ENCODERS),
     MetricSpec("omnimesh_encoder_items_per_batch", "histogram", "Media items per encoder forward.", (), COUNT_BUCKETS, stages=ENCODERS),
     MetricSpec("omnimesh_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", stages=THINKER),

@@ -4,11 +4,12 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 from runtime.engine.block_manager import BlockManager
-from runtime.engine.engine import Engine, StepStats, TokenEvent
+from runtime.engine.engine import Engine, PendingTokens, StepStats, TokenEvent
 from runtime.engine.sampling_params import SamplingOptions
-from runtime.engine.scheduler import Scheduler, SchedulerLimits
+from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
 from runtime.engine.sequence import FinishReason, Sequence
 from runtime.engine.step_metrics import bind_engine_metrics
 from runtime.engine.token_core import TokenCore
@@ -317,3 +318,33 @@ def test_a_step_launched_ahead_for_rows_that_had_ended_is_read_but_not_reported(
     assert engine.step() == ([], None)  # read and dropped: its 50 ms "duration" would be idle time
     events, stats = engine.step()
     assert [e.seq.prompt_ids for e in events] == [[4, 5]] and stats is not None and stats.seconds < 0.05
+
+
+
+class SlowRunner(FakeRunner):
+    """A runner whose every step takes the host `seconds` at launch, as a device step takes between two reads."""
+
+    def __init__(self, blocks: BlockManager, run_ahead: bool, seconds: float) -> None:
+        super().__init__(blocks, VOCAB, run_ahead=run_ahead)
+        self.seconds = seconds
+
+    def run(self, batch: ScheduledBatch, pending: PendingTokens | None = None) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return super().run(batch, pending)
+
+
+@pytest.mark.parametrize("run_ahead", [True, False])
+def test_a_step_is_timed_once_when_the_next_runs_ahead_of_it(run_ahead: bool) -> None:
+    """Launched ahead, a step's span from its launch to its read covers the step before it too: reported, it is the
+    time since that one's read (one step), as without run-ahead."""
+    blocks = BlockManager(num_blocks=64, block_size=4, enable_prefix_cache=False)
+    engine = Engine(Scheduler(SchedulerLimits(4, 64, 256), blocks), SlowRunner(blocks, run_ahead, seconds=0.03))
+    engine.add(make_seq(5, SamplingOptions(temperature=0.0, max_tokens=10)))
+    seconds = []
+    while engine.has_work:
+        _, stats = engine.step()
+        if stats is not None:
+            seconds.append(stats.seconds)
+    steady = sorted(seconds[1:-1])
+    assert len(steady) >= 6
+    assert 0.025 < steady[len(steady) // 2] < 0.045, seconds  # one step of 30 ms, not two
