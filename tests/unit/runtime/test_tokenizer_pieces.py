@@ -16,7 +16,8 @@ from runtime.tokenizer_pieces import QWEN3_5_PATTERN, can_cut, cut_pieces
 # words and runs that stress the split: contractions, marks, digits, emoji, CJK, RTL, punctuation, special tokens
 ODD = ["it's", "we'LL", "e\u0301te\u0301", "cafe\u0301", "Ångström", "naïve", "2026", "3.14", "x2y", "😀", "👩‍💻",
        "中文字符", "日本語", "한국어", "مرحبا", "שלום", "Привет", "ΑΒΓ", "नमस्ते", "ไทย", "--", "...", "?!", "(a)",
-       "<|im_end|>", "<|im_start|>", "<think>", "_x_", "a\u200db", "\u00a0", "ﬁ", "Ⅻ", "½"]
+       "<|im_end|>", "<|im_start|>", "<think>", "_x_", "a\u200db", "\u00a0", "ﬁ", "Ⅻ", "½", "，", "。", "、", "；",
+       "：", "？", "！", "中文，字符。日本語、", "「引用」", "（括弧）", "ｆｕｌｌ"]
 SPACES = [" ", " ", " ", " ", "  ", "   ", "\t", "\n", " \n", "\n\n", "\r\n", " \t "]
 
 
@@ -75,6 +76,10 @@ def test_the_tokenizer_encodes_a_long_prompt_as_one_encode_would(vocab_words: li
     text = random_text(random.Random(2), vocab_words, 3000)
     assert len(cut_pieces(text)) > 4
     assert tok.encode(text) == tok._tok.encode(text, add_special_tokens=False).ids
+    rng = random.Random(3)
+    chinese = "".join(rng.choice(["中文", "字符", "，", "。", "日本語", "、", "の", "！"]) for _ in range(6000))
+    assert len(cut_pieces(chinese)) > 2
+    assert tok.encode(chinese) == tok._tok.encode(chinese, add_special_tokens=False).ids
     literal = tok._literal_twin().encode(text, add_special_tokens=False).ids
     assert tok.encode(text, allow_special=False) == literal
 
@@ -86,7 +91,10 @@ def test_cuts_fall_before_a_space_between_letters() -> None:
     for before, after in zip(pieces, pieces[1:]):
         assert before[-1].isalpha() and after[0] == " " and after[1].isalpha()
     assert all(len(p) >= 16 for p in pieces[:-1])
-    assert cut_pieces("中文字符" * 1000, size=16) == ["中文字符" * 1000]  # no space: whole
+    assert cut_pieces("中文字符" * 1000, size=16) == ["中文字符" * 1000]  # no space or CJK punctuation: whole
+    chinese = "中文字符，日本語の文。" * 200
+    pieces = cut_pieces(chinese, size=16)
+    assert "".join(pieces) == chinese and len(pieces) > 5 and all(p[0] in "，。" for p in pieces[1:])
     assert cut_pieces("short text", size=16) == ["short text"]
 
 
