@@ -194,7 +194,8 @@ def _temporal_offsets(span: MediaSpanGrid, index: int, grid_t: int, per_second: 
     return [int(v) for v in offsets.tolist()]
 
 
-def _interleave(video: np.ndarray, audio: np.ndarray, video_id: int, audio_id: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _interleave(video: np.ndarray, audio: np.ndarray, video_id: int,
+                audio_id: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Video and audio columns merged by t, video first on ties, as the processor orders the tokens; and the largest
     position of what is left of one of them once the other ran out (the run that finishes the interleave). Both are
     sorted by t, so a stable sort of video-then-audio is that merge."""
