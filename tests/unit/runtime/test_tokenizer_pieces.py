@@ -90,6 +90,9 @@ def test_cuts_fall_before_a_space_between_letters() -> None:
     assert "".join(pieces) == text and len(pieces) > 5
     for before, after in zip(pieces, pieces[1:]):
         assert before[-1].isalpha() and after[0] == " " and after[1].isalpha()
+    assert cut_pieces("½ Ⅻ " * 100, size=16)[1].startswith(" Ⅻ")  # numerals that are not digits end a pre-token too
+    for no_cut in (" " * 5000, "1 2 " * 1000, "，" * 5000, "a\n" * 2000):
+        assert cut_pieces(no_cut, size=16) == [no_cut]
     assert all(len(p) >= 16 for p in pieces[:-1])
     assert cut_pieces("中文字符" * 1000, size=16) == ["中文字符" * 1000]  # no space or CJK punctuation: whole
     chinese = "中文字符，日本語の文。" * 200
