@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from runtime.engine.block_manager import BlockManager
+from runtime.engine import engine as engine_module
 from runtime.engine.engine import Engine, PendingTokens, StepStats, TokenEvent
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
@@ -321,30 +322,41 @@ def test_a_step_launched_ahead_for_rows_that_had_ended_is_read_but_not_reported(
 
 
 
-class SlowRunner(FakeRunner):
-    """A runner whose every step takes the host `seconds` at launch, as a device step takes between two reads."""
 
-    def __init__(self, blocks: BlockManager, run_ahead: bool, seconds: float) -> None:
+class DeviceClock:
+    """The engine's clock, advanced only by the runner: each step takes `step_s` of it at launch, as the device takes
+    between two reads."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class TimedRunner(FakeRunner):
+    def __init__(self, blocks: BlockManager, run_ahead: bool, clock: DeviceClock, step_s: float) -> None:
         super().__init__(blocks, VOCAB, run_ahead=run_ahead)
-        self.seconds = seconds
+        self.clock, self.step_s = clock, step_s
 
     def run(self, batch: ScheduledBatch, pending: PendingTokens | None = None) -> torch.Tensor:
-        time.sleep(self.seconds)
+        self.clock.now += self.step_s
         return super().run(batch, pending)
 
 
 @pytest.mark.parametrize("run_ahead", [True, False])
-def test_a_step_is_timed_once_when_the_next_runs_ahead_of_it(run_ahead: bool) -> None:
+def test_a_step_is_timed_once_when_the_next_runs_ahead_of_it(run_ahead: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Launched ahead, a step's span from its launch to its read covers the step before it too: reported, it is the
     time since that one's read (one step), as without run-ahead."""
+    clock = DeviceClock()
+    monkeypatch.setattr(engine_module, "time", clock)
     blocks = BlockManager(num_blocks=64, block_size=4, enable_prefix_cache=False)
-    engine = Engine(Scheduler(SchedulerLimits(4, 64, 256), blocks), SlowRunner(blocks, run_ahead, seconds=0.03))
+    engine = Engine(Scheduler(SchedulerLimits(4, 64, 256), blocks), TimedRunner(blocks, run_ahead, clock, 0.03))
     engine.add(make_seq(5, SamplingOptions(temperature=0.0, max_tokens=10)))
     seconds = []
     while engine.has_work:
         _, stats = engine.step()
         if stats is not None:
             seconds.append(stats.seconds)
-    steady = sorted(seconds[1:-1])
-    assert len(steady) >= 6
-    assert 0.025 < steady[len(steady) // 2] < 0.045, seconds  # one step of 30 ms, not two
+    # the first step run ahead is read after the second's launch: 60 ms from its own, the one step reported twice
+    assert seconds == pytest.approx([0.06 if run_ahead else 0.03] + [0.03] * (len(seconds) - 1)), seconds
