@@ -321,11 +321,8 @@ def test_a_step_launched_ahead_for_rows_that_had_ended_is_read_but_not_reported(
     assert [e.seq.prompt_ids for e in events] == [[4, 5]] and stats is not None and stats.seconds < 0.05
 
 
-
-
 class DeviceClock:
-    """The engine's clock, advanced only by the runner: each step takes `step_s` of it at launch, as the device takes
-    between two reads."""
+    """The engine's clock, advanced only by TimedRunner."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -335,6 +332,8 @@ class DeviceClock:
 
 
 class TimedRunner(FakeRunner):
+    """Each step takes `step_s` of the clock at launch, as a device step takes between two reads."""
+
     def __init__(self, blocks: BlockManager, run_ahead: bool, clock: DeviceClock, step_s: float) -> None:
         super().__init__(blocks, VOCAB, run_ahead=run_ahead)
         self.clock, self.step_s = clock, step_s
@@ -352,7 +351,7 @@ def test_a_step_is_timed_once_when_the_next_runs_ahead_of_it(run_ahead: bool, mo
     monkeypatch.setattr(engine_module, "time", clock)
     blocks = BlockManager(num_blocks=64, block_size=4, enable_prefix_cache=False)
     engine = Engine(Scheduler(SchedulerLimits(4, 64, 256), blocks), TimedRunner(blocks, run_ahead, clock, 0.03))
-    engine.add(make_seq(5, SamplingOptions(temperature=0.0, max_tokens=10)))
+    engine.add(make_seq(5, greedy(10)))
     seconds = []
     while engine.has_work:
         _, stats = engine.step()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 from tokenizers import Tokenizer as HfTokenizersTokenizer
@@ -71,8 +70,9 @@ def test_pieces_encode_to_the_whole_texts_ids(qwen2: HfTokenizersTokenizer, voca
     assert cuts > 500
 
 
-def test_the_tokenizer_encodes_a_long_prompt_as_one_encode_would(vocab_words: list[str], tmp_path: Path) -> None:
-    tok = Tokenizer(HfTokenizersTokenizer.from_file(str(cached_tokenizer_json())), [])
+def test_the_tokenizer_encodes_a_long_prompt_as_one_encode_would(qwen2: HfTokenizersTokenizer,
+                                                                  vocab_words: list[str]) -> None:
+    tok = Tokenizer(qwen2, [])
     text = random_text(random.Random(2), vocab_words, 3000)
     assert len(cut_pieces(text)) > 4
     assert tok.encode(text) == tok._tok.encode(text, add_special_tokens=False).ids
