@@ -10,8 +10,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from omnimesh.v1 import audio_pb2, audio_pb2_grpc
 from tests.integration.audio.audio_calls import clip, embeddings, encode, metric, request, samples, start
-from tests.integration.audio.conftest import BATCH_WAIT_MS
 from tests.integration.mesh_process import Proc
+
+QUEUE_SHOW_S = 30.0  # from the send to the clip in the queue: receive, decode, resample, on CI's two busy cores
 
 
 async def _cancel_after(addr: str, msgs: list[audio_pb2.AudioRequest], hold_open: bool,
@@ -59,8 +60,9 @@ def test_cancel_while_queued_for_a_forward(audio_stage: Proc, audio_addr: str) -
     items0 = metric(port, "omnimesh_encoder_items_per_batch_sum")
 
     async def queued() -> None:
-        """Returns while the clip waits its BATCH_WAIT_MS for companions, before its forward starts."""
-        deadline = time.monotonic() + BATCH_WAIT_MS / 1000
+        """Returns while the clip waits its BATCH_WAIT_MS for companions, before its forward starts. How soon after
+        the send the stage queues it has no bound on a loaded machine; once queued, it stays BATCH_WAIT_MS."""
+        deadline = time.monotonic() + QUEUE_SHOW_S
         while metric(port, "omnimesh_queue_depth") < 1:
             assert time.monotonic() < deadline, "the clip never showed in the queue"
             await asyncio.sleep(0.002)
