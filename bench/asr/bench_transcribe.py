@@ -40,7 +40,7 @@ from bench.asr.transcribe_loop import LANGUAGE, run_level, transcribe_request  #
 from bench.asr.targets import PEER, summary  # noqa: E402
 from bench.thinker.bench_thinker import provenance_of  # noqa: E402
 from bench.thinker.gateway_loop import Mesh  # noqa: E402
-from bench.thinker.stage_counters import phase_summary, read_stage  # noqa: E402
+from bench.thinker.stage_counters import measured_phase, read_stage  # noqa: E402
 from runtime.checkpoint.asr.demo_config import demo_config  # noqa: E402
 from runtime.model_path import DEMO_ASR, resolve_model  # noqa: E402
 
@@ -201,11 +201,9 @@ class Bench:
             measured = max(a.min_measured, a.measured_per_stream * c)
             clips.prepare(index, warmup + measured + c)  # + c: the load-keeping extras that run past the last one
             # the client (this process) is read too: its event loop relays every stream, as the gateway's does
-            before, t0 = mesh.readings() | {"client": read_stage(os.getpid(), None)}, time.perf_counter()
-            level = run_level(mesh.address, make, c, warmup, measured, index, a.channels)
-            seconds, after = time.perf_counter() - t0, mesh.readings() | {"client": read_stage(os.getpid(), None)}
-            level["level_s"] = seconds
-            level["stages_whole_level"] = {name: phase_summary(before[name], after[name], seconds) for name in after}
+            with measured_phase(lambda: mesh.readings() | {"client": read_stage(os.getpid(), None)}) as phase:
+                level = run_level(mesh.address, make, c, warmup, measured, index, a.channels)
+            level["level_s"], level["stages_whole_level"] = phase.seconds, phase.stages
             index = level["next_index"]
             self.result["levels"].append(level)
             self.result["summary"] = summary(self.result["levels"])

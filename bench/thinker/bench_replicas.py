@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from bench.thinker.bench_thinker import free_cuda, provenance_of  # noqa: E402
 from bench.thinker.gateway_loop import Mesh  # noqa: E402
-from bench.thinker.stage_counters import phase_summary  # noqa: E402
+from bench.thinker.stage_counters import measured_phase  # noqa: E402
 from bench.thinker.workload import PromptMaker, RequestRecord, percentile, read_timing, summarize  # noqa: E402
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
@@ -210,9 +210,8 @@ def measure(workload: Workload, mesh: Mesh, address: str, gateway_metrics: int, 
     thinkers = [p["metrics_port"] for name, p in mesh.ports.items() if name.startswith("thinker")]
     routed_names = ("omnimesh_thinker_routed_total",)
     before = [counters(port, hit_names) for port in thinkers], counters(gateway_metrics, routed_names)
-    stages_before, t0 = mesh.readings(), time.perf_counter()
-    records = asyncio.run(workload.run(address, c, seed))
-    seconds, stages_after = time.perf_counter() - t0, mesh.readings()
+    with measured_phase(mesh.readings) as phase:
+        records = asyncio.run(workload.run(address, c, seed))
     level = summarize(records, c)
     after = [counters(port, hit_names) for port in thinkers], counters(gateway_metrics, routed_names)
     per_replica = []
@@ -225,8 +224,7 @@ def measure(workload: Workload, mesh: Mesh, address: str, gateway_metrics: int, 
               for key, value in after[1].items()}
     level.pop("raw")
     # each replica's steps (rows a step, step and queue ms): an uneven split or a queue shows here
-    stages = {name: phase_summary(stages_before[name], stages_after[name], seconds)
-              for name in stages_after if name.startswith("thinker")}
+    stages = {name: summary for name, summary in phase.stages.items() if name.startswith("thinker")}
     by_turn = {}
     for turn in range(workload.args.turns):
         ttft = [(r.first - r.start) * 1e3 for r in records

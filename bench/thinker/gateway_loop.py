@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import grpc
 import yaml
 
-from bench.thinker.stage_counters import StageReading, phase_summary, read_stage
+from bench.thinker.stage_counters import StageReading, measured_phase, read_stage
 from bench.thinker.workload import RequestRecord, read_timing, summarize
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc
 
@@ -155,8 +155,6 @@ def run_level_with_stages(mesh: Mesh, make_request: Callable[[int], omni_pb2.Cha
                           warmup: int, measured: int, first_index: int) -> dict[str, Any]:
     """`run_level` on the mesh, with what each of its processes did over the level (`stages`: engine steps and
     their mean time, queue, CPU of each thread: bench/thinker/stage_counters.py), warm-up requests included."""
-    before, t0 = mesh.readings(), time.perf_counter()
-    out = run_level(mesh.address, make_request, concurrency, warmup, measured, first_index)
-    seconds, after = time.perf_counter() - t0, mesh.readings()
-    out["stages"] = {name: phase_summary(before[name], after[name], seconds) for name in after}
-    return out
+    with measured_phase(mesh.readings) as phase:
+        out = run_level(mesh.address, make_request, concurrency, warmup, measured, first_index)
+    return out | {"stages": phase.stages}

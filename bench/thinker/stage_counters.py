@@ -10,7 +10,11 @@ say which stage a request's time to first token went to.
 """
 from __future__ import annotations
 
+import time
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -89,3 +93,20 @@ def phase_summary(before: StageReading, after: StageReading, seconds: float) -> 
         if edges and answered:
             out["edge_ms_per_request"] = {edge: spent / answered * 1e3 for edge, spent in sorted(edges.items())}
     return out
+
+
+@dataclass
+class MeasuredPhase:
+    """What `measured_phase` filled in when its block ended: the block's wall seconds and each process's summary."""
+    seconds: float = 0.0
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@contextmanager
+def measured_phase(read: Callable[[], dict[str, StageReading]]) -> Iterator[MeasuredPhase]:
+    """Reads every process (`read`, e.g. `Mesh.readings`) before and after the block; fills the phase it yields."""
+    phase = MeasuredPhase()
+    before, t0 = read(), time.perf_counter()
+    yield phase
+    phase.seconds, after = time.perf_counter() - t0, read()
+    phase.stages = {name: phase_summary(before[name], after[name], phase.seconds) for name in after}

@@ -30,6 +30,8 @@ def test_tiny_run_writes_every_level_with_the_requested_tokens(tmp_path: Path) -
         assert lv["requests"] == 3 and lv["requests_per_s"] > 0 and lv["output_tok_s"] > 0
         assert lv["latency_ms_p50"] <= lv["latency_ms_p95"] <= lv["latency_ms_p99"]
         assert len(lv["raw"]) == 3
+        assert lv["level_s"] > 0 and {"audio", "thinker", "client"} <= set(lv["stages_whole_level"])
+        assert lv["stages_whole_level"]["thinker"]["steps_per_s"] > 0
         for r in lv["raw"]:  # EOS ignored: every request streams exactly the tokens it asked for
             assert r["text_tokens"] == r["completion_tokens"] == TOKENS, r
             assert 0 < r["ttft_ms"] <= r["latency_ms"]

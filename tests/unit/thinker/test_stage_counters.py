@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from bench.thinker.proc_cpu import CpuTimes, ThreadTime
-from bench.thinker.stage_counters import StageReading, phase_summary, read_counters, read_stage
+from bench.thinker.stage_counters import StageReading, measured_phase, phase_summary, read_counters, read_stage
 
 STEPS_BEFORE = {"omnimesh_step_time_seconds_sum": 1.0, "omnimesh_step_time_seconds_count": 100.0,
                 "omnimesh_batch_size_sum": 300.0, "omnimesh_batch_size_count": 100.0}
@@ -77,3 +78,15 @@ def test_a_phase_without_steps_has_no_means_and_a_process_without_an_engine_only
     assert relay.steps is None and relay.cpu is not None and relay.cpu.main_thread_s > 0
     assert relay.cpu.process_s + 0.02 >= relay.cpu.main_thread_s  # read one after the other, in 10 ms ticks
     assert relay.cpu.threads[os.getpid()].seconds == relay.cpu.main_thread_s  # the main thread is the pid's task
+
+
+def test_measured_phase_reads_before_and_after_its_block_and_summarizes_each_process() -> None:
+    after = {"omnimesh_step_time_seconds_sum": 1.2, "omnimesh_step_time_seconds_count": 140.0}
+    readings = iter([{"thinker": StageReading(STEPS_BEFORE, None)}, {"thinker": StageReading(after, None)}])
+    with measured_phase(lambda: next(readings)) as phase:
+        assert phase.stages == {}  # filled when the block ends
+        time.sleep(0.02)
+    assert 0.02 <= phase.seconds < 5.0
+    assert phase.stages == {"thinker": phase_summary(StageReading(STEPS_BEFORE, None), StageReading(after, None),
+                                                     phase.seconds)}
+    assert phase.stages["thinker"]["step_ms_mean"] == pytest.approx(5.0)
