@@ -2,20 +2,26 @@
 after every wave. What it answers: does anything grow with the number of requests served (a leak a day of traffic
 would turn into an OOM kill at 3 a.m.)?
 
-The mix, by request index: text; an image; an audio clip; a video heard with its sound track; every fourth asks for
-speech; every fifth is cancelled by the client after its first event; every seventh asks for 400 tokens with a 0.5 s
-deadline, so it ends mid-generation (DEADLINE_EXCEEDED). Every third goes through the HTTP front with the `openai`
-package instead (`http_lane.py`; `--no-http` leaves it out), half of those the client stays for answered whole. A
-second after each wave the gateway must hold no open stream: a client gone without its call cancelled would leave one
-generating (a late request's 400 tokens take longer than that). `growth` compares the last wave with the second
-(the first warms allocators and caches).
+The mix, by request index, from what the deployment says it serves (`Info`): text and each media kind it hears (an
+image, an audio clip, a video, heard with its sound track where the model hears audio), rotating; every fourth asks
+for speech where it speaks; every fifth is cancelled by the client after its first event; every seventh asks for 400
+tokens with a 0.5 s deadline, so it ends mid-generation (DEADLINE_EXCEEDED). Every third goes through the HTTP front
+with the `openai` package instead (`http_lane.py`; `--no-http` leaves it out), half of those the client stays for
+answered whole. On a Qwen3-ASR deployment every third other is a transcription instead, whole (`Transcribe`) or
+streamed as PCM with partial results (`TranscribeStream`), cancelled and late by the same rules. A second after each
+wave the gateway must hold no open stream and each thinker no running or waiting request: a client gone without its
+call cancelled would leave one generating (a late request's 400 tokens take longer than that), and a request the
+engine never let go of would hold its KV blocks and, on a hybrid model, its state slot. `growth` compares the last
+wave with the second (the first warms allocators and caches).
 
     PYTHONPATH=.:protos python3 bench/soak/soak_mesh.py --waves 6 --per-wave 200 --out bench/results/soak.json
+    PYTHONPATH=.:protos python3 bench/soak/soak_mesh.py --model demo-qwen3.5 --out bench/results/soak-qwen3.5.json
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -31,12 +37,13 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import grpc  # noqa: E402
+import numpy as np  # noqa: E402
 import openai  # noqa: E402
 
 from bench.soak import http_lane  # noqa: E402
 from bench.thinker.gateway_loop import Mesh  # noqa: E402
 from gateway.cli.remote_bench.workloads import Request  # noqa: E402
-from omnimesh import Audio, Image, Video  # noqa: E402
+from omnimesh import Audio, AsyncClient, Client, Image, MeshInfo, OmnimeshError, Video  # noqa: E402
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 from tests.integration.media_files import mp4_with_sound, png, wav  # noqa: E402
@@ -44,9 +51,12 @@ from tests.integration.mesh_process import metric_value, scrape  # noqa: E402
 
 STAGES = {"vision": {"enabled": True}, "audio": {"enabled": True},
           "talker": {"enabled": True, "speech": {"max_frames": 24}}}
-EXPECTED = {"OK", "CANCELLED", "DEADLINE_EXCEEDED", "http_OK", "http_CANCELLED"}
-SETTLE_S = 1.0  # how long the gateway may take to close the streams of a finished wave
-KINDS = ("text", "image", "audio", "video")
+EXPECTED = {"OK", "CANCELLED", "DEADLINE_EXCEEDED", "http_OK", "http_CANCELLED",
+            "transcribe_OK", "transcribe_CANCELLED", "transcribe_DEADLINE_EXCEEDED"}
+SETTLE_S = 1.0  # how long the gateway and the thinkers may take to let go of a finished wave's requests
+MEDIA_KINDS = ("image", "audio", "video")
+PCM_RATE, PCM_PIECE_S = 16_000, 0.25
+SYSTEM = "You are a patient assistant who answers in one short sentence. " * 6
 
 
 def process_reading(pid: int) -> dict[str, int]:
@@ -57,32 +67,71 @@ def process_reading(pid: int) -> dict[str, int]:
 
 
 class Mix:
-    def __init__(self) -> None:
-        self.media = {"image": Image(png(), "image/png"), "audio": Audio(wav(), "audio/wav"),
-                      "video": Video(mp4_with_sound(), "video/mp4")}
+    def __init__(self, info: MeshInfo) -> None:
+        media = {"image": Image(png(), "image/png"), "audio": Audio(wav(), "audio/wav"),
+                 "video": Video(mp4_with_sound(), "video/mp4")}
+        self.kinds = ("text", *(k for k in MEDIA_KINDS if k in info.input_modalities))
+        self.media = {k: media[k] for k in self.kinds if k != "text"}
+        self.speaks = "audio" in info.output_modalities
+        self.hears_video = "audio" in info.input_modalities  # a video's sound track goes to the audio stage
+        self.transcribes = info.transcribes
 
-    @staticmethod
-    def kind(i: int) -> str:
-        return KINDS[(i + i // 4) % 4]  # shifted every four, so the speech requests (i % 4 == 0) take every kind
+    def kind(self, i: int) -> str:
+        # shifted every four, so the speech requests (i % 4 == 0) take every kind
+        return self.kinds[(i + i // 4) % len(self.kinds)]
+
+    def speak(self, i: int) -> bool:
+        return self.speaks and i % 4 == 0
 
     def request(self, i: int) -> tuple[omni_pb2.ChatRequest, float | None]:
         kind = self.kind(i)
         parts = [] if kind == "text" else [omni_pb2.ContentPart(**{kind: omni_pb2.Media(data=self.media[kind].data)})]
         parts.append(omni_pb2.ContentPart(text=f"Tell me about item {i}."))
-        outputs = [omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if i % 4 == 0 else [])
+        outputs = [omni_pb2.MODALITY_TEXT] + ([omni_pb2.MODALITY_AUDIO] if self.speak(i) else [])
         late = i % 7 == 0  # asks for far more than its deadline allows: it ends mid-generation
         sampling = common_pb2.SamplingParams(max_tokens=400 if late else 8, ignore_eos=late, seed=i)
-        request = omni_pb2.ChatRequest(messages=[omni_pb2.Message(role="user", content=parts)],
-                                       output_modalities=outputs, use_audio_in_video=kind == "video",
+        # every other request opens with the same system turn: a prefix cache hit (on a hybrid model, a restored
+        # state snapshot) under the same cancels and deadlines as the rest
+        system = [omni_pb2.Message(role="system", content=[omni_pb2.ContentPart(text=SYSTEM)])] if i % 2 == 0 else []
+        request = omni_pb2.ChatRequest(messages=[*system, omni_pb2.Message(role="user", content=parts)],
+                                       output_modalities=outputs, use_audio_in_video=self.heard(kind),
                                        sampling=sampling)
         return request, (0.5 if late else 120.0)
 
+    def heard(self, kind: str) -> bool:
+        return kind == "video" and self.hears_video
+
     async def over_http(self, client: openai.AsyncOpenAI, i: int) -> str:
         kind = self.kind(i)
-        request = Request(f"Tell me about item {i}.", self.media.get(kind), speak=i % 4 == 0)
+        request = Request(f"Tell me about item {i}.", self.media.get(kind), speak=self.speak(i))
         cancel = i % 5 == 0  # a client leaving after the first chunk needs a stream; every other one is answered whole
         return await http_lane.one(client, request, late=i % 7 == 0, cancel=cancel, stream=cancel or i % 6 != 2,
-                                   use_audio_in_video=kind == "video", seed=i)
+                                   use_audio_in_video=self.heard(kind), seed=i)
+
+    async def transcription(self, client: AsyncClient, i: int) -> str:
+        """A Qwen3-ASR transcription: the clip whole, or (odd i) streamed as PCM pieces with partial results."""
+        late = i % 7 == 0
+        kwargs: dict[str, Any] = {"max_tokens": 400 if late else 8, "ignore_eos": late, "seed": i,
+                                  "timeout": 0.5 if late else 120.0}
+        events = (client.transcribe_pcm_stream(pcm_pieces(i), PCM_RATE, partial_every_s=2 * PCM_PIECE_S, **kwargs)
+                  if i % 2 else client.transcribe_stream(self.media["audio"], **kwargs))
+        try:
+            async with contextlib.aclosing(events):  # leaving early cancels the call
+                async for _ in events:
+                    if i % 5 == 0:
+                        return "transcribe_CANCELLED"
+            return "transcribe_OK"
+        except OmnimeshError as err:
+            return f"transcribe_{err.code.name}"
+
+
+def pcm_pieces(seed: int, seconds: float = 1.5) -> list[bytes]:
+    """16-bit mono PCM of a tone in noise, in PCM_PIECE_S pieces, as a recorder would send it."""
+    t = np.arange(int(seconds * PCM_RATE)) / PCM_RATE
+    samples = 0.3 * np.sin(2 * np.pi * 330 * t) + np.random.default_rng(seed).normal(0, 0.05, t.shape)
+    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
+    piece = int(PCM_PIECE_S * PCM_RATE) * 2
+    return [pcm[k:k + piece] for k in range(0, len(pcm), piece)]
 
 
 async def one(stub: omni_pb2_grpc.OmniStub, request: omni_pb2.ChatRequest, timeout: float, cancel: bool) -> str:
@@ -100,12 +149,14 @@ async def one(stub: omni_pb2_grpc.OmniStub, request: omni_pb2.ChatRequest, timeo
 async def wave(address: str, http_url: str | None, mix: Mix, first: int, count: int, concurrency: int) -> Counter:
     codes: Counter = Counter()
     http = None if http_url is None else openai.AsyncOpenAI(base_url=http_url, api_key="none", max_retries=0)
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with grpc.aio.insecure_channel(address) as channel, AsyncClient(address) as client:
         stub = omni_pb2_grpc.OmniStub(channel)
 
         def call(i: int) -> Any:
             if http is not None and i % 3 == 2:
                 return mix.over_http(http, i)
+            if mix.transcribes and i % 3 == 1:
+                return mix.transcription(client, i)
             request, timeout = mix.request(i)
             return one(stub, request, timeout, i % 5 == 0)
 
@@ -117,12 +168,28 @@ async def wave(address: str, http_url: str | None, mix: Mix, first: int, count: 
     return codes
 
 
-def settled_in_flight(metrics_port: int) -> float:
-    """The gateway's open streams once they had `SETTLE_S` to close: 0 unless a finished request left one open."""
+def settled(metrics_port: int, names: tuple[str, ...]) -> float:
+    """The sum of the gauges `names` once they had `SETTLE_S` to reach 0: 0 unless a finished request was kept."""
     deadline = time.monotonic() + SETTLE_S
-    while (n := metric_value(scrape(metrics_port), "omnimesh_requests_in_flight")) > 0 and time.monotonic() < deadline:
+    while True:
+        text = scrape(metrics_port)
+        held = sum(metric_value(text, name) for name in names)
+        if held == 0 or time.monotonic() >= deadline:
+            return held
         time.sleep(0.1)
-    return n
+
+
+def prefix_hits(mesh: Mesh) -> float:
+    """The thinkers' prefix cache hits since they started, in tokens: the shared system turn must keep hitting."""
+    return sum(metric_value(scrape(p["metrics_port"]), "omnimesh_prefix_cache_hits_total")
+               for name, p in mesh.ports.items() if name.startswith("thinker"))
+
+
+def held_after(mesh: Mesh) -> dict[str, float]:
+    """What each process still holds once a wave is over: the gateway's open streams, each thinker's requests."""
+    return {name: settled(p["metrics_port"], ("omnimesh_requests_in_flight",) if name == "gateway" else
+                          ("omnimesh_requests_running", "omnimesh_queue_depth"))
+            for name, p in mesh.ports.items() if name == "gateway" or name.startswith("thinker")}
 
 
 def growth(waves: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -140,12 +207,14 @@ def main() -> None:
     p.add_argument("--no-http", action="store_true", help="no HTTP front: every request over gRPC")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    mix = Mix()
     with tempfile.TemporaryDirectory() as tmp:
         log = open(Path(tmp) / "mesh.log", "w")  # noqa: SIM115 - closed with the mesh below
         mesh = Mesh(resolve_model(args.model), {}, Path(tmp), log, 600.0, stages=STAGES,
                     extra_args=() if args.no_http else ("--http-port", "0"))
         http_url = None if args.no_http else f"http://127.0.0.1:{mesh.ports['http']['http_port']}/v1"
+        with Client(mesh.address) as client:
+            info = client.info(timeout=30)
+        mix = Mix(info)
         waves: list[dict[str, Any]] = []
         try:
             for w in range(args.waves):
@@ -154,7 +223,8 @@ def main() -> None:
                                          args.concurrency))
                 waves.append({"requests": args.per_wave, "seconds": round(time.monotonic() - t0, 2),
                               "codes": dict(codes),
-                              "gateway_in_flight_after": settled_in_flight(mesh.ports["gateway"]["metrics_port"]),
+                              "held_after": held_after(mesh),
+                              "prefix_hit_tokens_so_far": prefix_hits(mesh),
                               "processes": {n: process_reading(s["pid"]) for n, s in mesh.ports.items()}})
                 print(json.dumps(waves[-1]), flush=True)
         finally:
@@ -162,15 +232,17 @@ def main() -> None:
             log.close()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     unexpected = {code: n for w in waves for code, n in w["codes"].items() if code not in EXPECTED}
-    left_open = [w["gateway_in_flight_after"] for w in waves]
+    held = {name: max(w["held_after"][name] for w in waves) for name in waves[0]["held_after"]} if waves else {}
     result = {"bench": "soak_mesh", "commit": commit, "device": f"CPU ({platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} cores)", "model": args.model, "command": " ".join(sys.argv),
+              f"{os.cpu_count()} cores)", "model": args.model, "model_family": info.model_family,
+              "mix": {"kinds": mix.kinds, "speech": mix.speaks, "transcribe": mix.transcribes},
+              "command": " ".join(sys.argv),
               "waves": waves, "growth": growth(waves), "unexpected_codes": unexpected,
-              "streams_left_open": max(left_open, default=0), "mesh_exit_code": exit_code}
+              "held_after_waves": held, "mesh_exit_code": exit_code}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(json.dumps({"growth": result["growth"], "unexpected_codes": unexpected,
-                      "streams_left_open": result["streams_left_open"]}))
+                      "held_after_waves": held}))
 
 
 if __name__ == "__main__":
