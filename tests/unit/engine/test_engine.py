@@ -1,6 +1,7 @@
 """Engine over a fake ModelRunner: tokens, events, preemption, seeds, abort, metrics."""
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -359,3 +360,37 @@ def test_a_step_is_timed_once_when_the_next_runs_ahead_of_it(run_ahead: bool, mo
             seconds.append(stats.seconds)
     # the first step run ahead is read after the second's launch: 60 ms from its own, the one step reported twice
     assert seconds == pytest.approx([0.06 if run_ahead else 0.03] + [0.03] * (len(seconds) - 1)), seconds
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_schedules_give_every_request_its_own_tokens_and_free_everything(seed: int) -> None:
+    """Requests arrive between steps and some are aborted midway; prompts share prefixes (cache hits on blocks a
+    running or a finished request wrote) and the blocks are too few (preemption); seeded sampling and greedy mixed.
+    Each request that was not aborted gets the tokens it gets alone, an aborted one a prefix of them, and at the end
+    no block is held and nothing is left to run."""
+    rng = random.Random(seed)
+    common = [rng.randrange(1, VOCAB) for _ in range(rng.randrange(4, 13))]
+    prompts = [(common if rng.random() < 0.6 else []) + [rng.randrange(1, VOCAB) for _ in range(rng.randrange(1, 9))]
+               for _ in range(rng.randrange(4, 10))]
+    opts = [SamplingOptions(temperature=1.0, seed=seed * 100 + i, max_tokens=rng.randrange(1, 9)) if rng.random() < 0.5
+            else greedy(rng.randrange(1, 9)) for i in range(len(prompts))]
+    engine, _ = make_engine(max_num_seqs=rng.randrange(1, 5), max_batch_tokens=rng.randrange(4, 17),
+                            num_blocks=rng.randrange(8, 14), block_size=4, prefix_cache=rng.random() < 0.7)
+    seqs = [make_seq(p, o) for p, o in zip(prompts, opts)]
+    pending, aborted, steps = list(seqs), set(), 0
+    while pending or engine.has_work:
+        steps += 1
+        assert steps < 1_000, "the schedule did not finish"
+        if pending and (not engine.has_work or rng.random() < 0.5):
+            engine.add(pending.pop(0))
+        added = [s for s in seqs if s not in pending and not s.is_finished]
+        if added and rng.random() < 0.08:
+            victim = rng.choice(added)
+            engine.abort(victim.seq_id)
+            aborted.add(victim.seq_id)
+        engine.step()
+    for p, s, o in zip(prompts, seqs, opts):
+        expected = alone(p, o)
+        assert s.output_ids == (expected[:len(s.output_ids)] if s.seq_id in aborted else expected), (p, o)
+    blocks = engine.scheduler.blocks
+    assert blocks.usage_ratio == 0.0 and not engine.scheduler.running and not engine.scheduler.waiting
