@@ -7,7 +7,7 @@ image, an audio clip, a video, heard with its sound track where the model hears 
 for speech where it speaks; every fifth is cancelled by the client after its first event; every seventh asks for 400
 tokens with a 0.5 s deadline, so it ends mid-generation (DEADLINE_EXCEEDED). Every third goes through the HTTP front
 with the `openai` package instead (`http_lane.py`; `--no-http` leaves it out), half of those the client stays for
-answered whole. On a Qwen3-ASR deployment every third other is a transcription instead, whole (`Transcribe`) or
+answered whole. On a Qwen3-ASR deployment another third is a transcription instead, whole (`Transcribe`) or
 streamed as PCM with partial results (`TranscribeStream`), cancelled and late by the same rules. A second after each
 wave the gateway must hold no open stream and each thinker no running or waiting request: a client gone without its
 call cancelled would leave one generating (a late request's 400 tokens take longer than that), and a request the
