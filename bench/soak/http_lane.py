@@ -1,5 +1,5 @@
 """The soak's HTTP lane: the same mix as the gRPC lane, through the HTTP front with the official `openai` package
-(media as data URLs, speech as streamed pcm16, some answers whole), where the client's early exits are a closed
+(media as data URLs, speech as streamed pcm16, some answers whole; on Qwen3-ASR transcriptions too), where the client's early exits are a closed
 connection, which the front must turn into a cancelled gRPC call or the gateway's open streams pile up."""
 from __future__ import annotations
 
@@ -38,3 +38,29 @@ async def one(client: openai.AsyncOpenAI, request: Request, *, late: bool, cance
         return "http_CANCELLED"
     except openai.APIStatusError as err:
         return f"http_{err.status_code}"
+
+
+async def transcription(client: openai.AsyncOpenAI, wav: bytes, *, late: bool, cancel: bool, stream: bool) -> str:
+    """A clip through `/v1/audio/transcriptions`: whole, or streamed and (cancel) left after its first event; late,
+    400 tokens that its 0.5 s end cuts short. How it ended, as `one` says it, as
+    `http_transcribe_*`."""
+    kwargs: dict[str, Any] = {"model": "asr", "file": ("clip.wav", wav, "audio/wav"), "temperature": 0.0,
+                              "extra_body": {"max_tokens": 400 if late else 8}}
+
+    async def run() -> str:
+        if not stream:
+            await client.audio.transcriptions.create(**kwargs)
+            return "http_transcribe_OK"
+        events = await client.audio.transcriptions.create(stream=True, **kwargs)
+        async with events:  # leaving early closes the connection
+            async for _ in events:
+                if cancel:
+                    return "http_transcribe_CANCELLED"
+        return "http_transcribe_OK"
+
+    try:
+        return await asyncio.wait_for(run(), 0.5) if late else await run()
+    except TimeoutError:
+        return "http_transcribe_CANCELLED"
+    except openai.APIStatusError as err:
+        return f"http_transcribe_{err.status_code}"

@@ -7,12 +7,13 @@ image, an audio clip, a video, heard with its sound track where the model hears 
 for speech where it speaks; every fifth is cancelled by the client after its first event; every seventh asks for 400
 tokens with a 0.5 s deadline, so it ends mid-generation (DEADLINE_EXCEEDED). Every third goes through the HTTP front
 with the `openai` package instead (`http_lane.py`; `--no-http` leaves it out), half of those the client stays for
-answered whole. On a Qwen3-ASR deployment another third is a transcription instead, whole (`Transcribe`) or
-streamed as PCM with partial results (`TranscribeStream`), cancelled and late by the same rules. A second after each
-wave the gateway must hold no open stream and each thinker no running or waiting request: a client gone without its
-call cancelled would leave one generating (a late request's 400 tokens take longer than that), and a request the
-engine never let go of would hold its KV blocks and, on a hybrid model, its state slot. `growth` compares the last
-wave with the second (the first warms allocators and caches).
+answered whole. On a Qwen3-ASR deployment another third is a transcription, whole (`Transcribe`) or streamed as PCM
+with partial results (`TranscribeStream`), and half the HTTP lane goes to `/v1/audio/transcriptions`,
+cancelled and late by the same rules. A second after each wave the gateway must hold no open stream and each thinker
+no running or waiting request: a client gone without its call cancelled would leave one generating (a late
+request's 400 tokens take longer than that), and a request the engine never let go of would hold its KV blocks and,
+on a hybrid model, its state slot. `growth` compares the last wave with the second (the first warms allocators and
+caches).
 
     PYTHONPATH=.:protos python3 bench/soak/soak_mesh.py --waves 6 --per-wave 200 --out bench/results/soak.json
     PYTHONPATH=.:protos python3 bench/soak/soak_mesh.py --model demo-qwen3.5 --out bench/results/soak-qwen3.5.json
@@ -52,7 +53,8 @@ from tests.integration.mesh_process import metric_value, scrape  # noqa: E402
 STAGES = {"vision": {"enabled": True}, "audio": {"enabled": True},
           "talker": {"enabled": True, "speech": {"max_frames": 24}}}
 EXPECTED = {"OK", "CANCELLED", "DEADLINE_EXCEEDED", "http_OK", "http_CANCELLED",
-            "transcribe_OK", "transcribe_CANCELLED", "transcribe_DEADLINE_EXCEEDED"}
+            "transcribe_OK", "transcribe_CANCELLED", "transcribe_DEADLINE_EXCEEDED",
+            "http_transcribe_OK", "http_transcribe_CANCELLED"}
 SETTLE_S = 1.0  # how long the gateway and the thinkers may take to let go of a finished wave's requests
 MEDIA_KINDS = ("image", "audio", "video")
 PCM_RATE, PCM_PIECE_S = 16_000, 0.25
@@ -102,9 +104,12 @@ class Mix:
         return kind == "video" and self.hears_video
 
     async def over_http(self, client: openai.AsyncOpenAI, i: int) -> str:
+        cancel = i % 5 == 0  # a client leaving after the first chunk needs a stream; every other one is answered whole
+        if self.transcribes and i % 6 == 5:  # half the HTTP lane (i % 3 == 2) of a Qwen3-ASR deployment
+            return await http_lane.transcription(client, self.media["audio"].data, late=i % 7 == 0, cancel=cancel,
+                                                 stream=cancel or i % 12 == 5)
         kind = self.kind(i)
         request = Request(f"Tell me about item {i}.", self.media.get(kind), speak=self.speak(i))
-        cancel = i % 5 == 0  # a client leaving after the first chunk needs a stream; every other one is answered whole
         return await http_lane.one(client, request, late=i % 7 == 0, cancel=cancel, stream=cancel or i % 6 != 2,
                                    use_audio_in_video=self.heard(kind), seed=i)
 

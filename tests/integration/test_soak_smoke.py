@@ -54,6 +54,7 @@ def test_the_soak_shapes_its_mix_to_what_the_deployment_serves(tmp_path: Path, m
     if model == "demo-asr":
         for codes in (w["codes"] for w in result["waves"]):
             assert all(codes.get(f"transcribe_{end}", 0) > 0 for end in ("OK", "CANCELLED", "DEADLINE_EXCEEDED"))
+            assert all(codes.get(f"http_transcribe_{end}", 0) > 0 for end in ("OK", "CANCELLED"))
 
 
 def test_the_hostile_stall_bench_runs_its_corpus(tmp_path: Path) -> None:
