@@ -75,6 +75,9 @@ SPECS: tuple[MetricSpec, ...] = (
                "NOT_SERVING until restarted.", stages=MODEL_STAGES),
     MetricSpec("omnimesh_requests_running", "gauge", "Requests in the running batch.", stages=ENGINES),
     MetricSpec("omnimesh_kv_usage_ratio", "gauge", "Share of KV cache blocks in use.", stages=THINKER),
+    MetricSpec("omnimesh_state_slot_usage_ratio", "gauge",
+               "Share of a hybrid model's linear-attention state slots (thinker.engine.num_state_slots) held by "
+               "requests; 0 on a model without them.", stages=THINKER),
     MetricSpec("omnimesh_batch_size", "histogram", "Rows per step.", (), COUNT_BUCKETS, stages=ENGINES),
     MetricSpec("omnimesh_batch_tokens", "histogram", "Tokens per step.", (), TOKEN_BUCKETS, stages=THINKER),
     MetricSpec("omnimesh_step_time_seconds", "histogram", "Wall time of one engine step, from its launch or, "

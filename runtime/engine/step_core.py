@@ -60,6 +60,7 @@ class CoreLoad(NamedTuple):
     num_waiting: int  # requests that hold no row yet
     num_running: int  # requests holding a row
     kv_usage_ratio: float | None  # None: no block KV cache, and the stage exposes no KV/token/prefix series
+    state_usage_ratio: float | None = None  # None: no linear-attention state slots (not a hybrid model)
 
 
 class StepCore(ABC):

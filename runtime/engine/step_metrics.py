@@ -24,6 +24,7 @@ def bind_engine_metrics(metrics: Metrics, core: StepCore) -> Callable[[StepStats
         return record
 
     metrics.get("omnimesh_kv_usage_ratio").set_function(lambda: core.load().kv_usage_ratio or 0.0)
+    metrics.get("omnimesh_state_slot_usage_ratio").set_function(lambda: core.load().state_usage_ratio or 0.0)
     batch_tokens = metrics.get("omnimesh_batch_tokens")
     prefix_queries = metrics.get("omnimesh_prefix_cache_queries_total")
     prefix_hits = metrics.get("omnimesh_prefix_cache_hits_total")

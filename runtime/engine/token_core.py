@@ -52,4 +52,6 @@ class TokenCore(StepCore):
 
     def load(self) -> CoreLoad:
         sched = self.engine.scheduler
-        return CoreLoad(len(sched.waiting), len(sched.running), sched.blocks.usage_ratio)
+        slots = sched.slots
+        state = None if slots is None else 1.0 - slots.num_free / slots.num_slots
+        return CoreLoad(len(sched.waiting), len(sched.running), sched.blocks.usage_ratio, state)

@@ -1,8 +1,10 @@
 """The thinker stage serving Qwen3.5 (a hybrid model): it streams greedy tokens, and with every state slot held and
-no queue it answers RESOURCE_EXHAUSTED with RetryInfo naming num_state_slots (never a crash)."""
+no queue it answers RESOURCE_EXHAUSTED with RetryInfo naming num_state_slots (never a crash); the state-slot gauge
+shows the slot held, and free again once its request is cancelled."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 
@@ -23,12 +25,15 @@ def test_state_slots_exhausted_is_resource_exhausted_with_retry_info(qwen3_5_ckp
     from google.rpc import error_details_pb2
     from grpc_status import rpc_status
 
-    from tests.integration.mesh_process import start_stage
+    from tests.integration.mesh_process import metric_value, scrape, start_stage
 
     mesh = {"thinker": {"engine": {"kv_cache_bytes": 16 << 20, "max_num_seqs": 4, "num_state_slots": 1,
                                    "max_batch_tokens": 64, "max_waiting_seqs": 0}}}
     thinker = start_stage("thinker", qwen3_5_ckpt, mesh, tmp_path)
     addr = f"127.0.0.1:{thinker.ports['grpc_port']}"
+
+    def slots_held() -> float:
+        return metric_value(scrape(thinker.ports["metrics_port"]), "omnimesh_state_slot_usage_ratio")
 
     async def scenario() -> tuple[int, grpc.aio.AioRpcError]:
         async with grpc.aio.insecure_channel(addr) as channel:
@@ -38,6 +43,7 @@ def test_state_slots_exhausted_is_resource_exhausted_with_retry_info(qwen3_5_ckp
                 tokens += len(out.tokens.token_ids) if out.HasField("tokens") else 0
             busy = stub.Generate(_request(400))
             await busy.read()  # the one slot is taken
+            assert slots_held() == 1.0
             try:
                 async for _ in stub.Generate(_request(2)):
                     pass
@@ -49,6 +55,10 @@ def test_state_slots_exhausted_is_resource_exhausted_with_retry_info(qwen3_5_ckp
 
     try:
         tokens, err = asyncio.run(scenario())
+        deadline = time.monotonic() + 10
+        while slots_held() > 0:  # the cancelled request's slot comes back
+            assert time.monotonic() < deadline, "the cancelled request kept its state slot"
+            time.sleep(0.05)
     finally:
         assert thinker.stop() == 0
     assert tokens == 5

@@ -285,6 +285,7 @@ def test_step_metrics_follow_the_scheduler() -> None:
     record(stats)
     assert value("omnimesh_queue_depth") == 1 and value("omnimesh_requests_running") == 1
     assert value("omnimesh_kv_usage_ratio") == pytest.approx(0.2)
+    assert value("omnimesh_state_slot_usage_ratio") == 0  # an attention-only model holds no state slots
     assert value("omnimesh_batch_size_count") == 1 and value("omnimesh_batch_size_sum") == 1
     assert value("omnimesh_batch_tokens_sum") == 5 and value("omnimesh_step_time_seconds_count") == 1
     assert value("omnimesh_prefix_cache_queries_total") == 5 and value("omnimesh_prefix_cache_hits_total") == 0

@@ -16,9 +16,12 @@ from runtime.engine.request_stream import RequestStream
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
 from runtime.engine.sequence import FinishReason, Sequence
+from runtime.engine.state_slots import StateSlots
 from runtime.engine.step_core import Abort, Add
 from runtime.engine.token_core import TokenCore
 from runtime.errors import Unavailable
+from runtime.metrics import Metrics
+from runtime.engine.step_metrics import bind_engine_metrics
 from tests.unit.engine.engine_fakes import FakeRunner, make_seq
 from tests.unit.engine.test_engine import PROMPTS, VOCAB, alone, greedy
 
@@ -166,3 +169,26 @@ def test_the_core_takes_only_add_and_abort_keyed_by_seq_id() -> None:
     core.apply(Abort(seq.seq_id))
     core.apply(Abort(seq.seq_id))  # twice, or a key it never had: ignored
     assert not core.has_work and seq.finish_reason is FinishReason.CANCELLED
+
+
+def test_load_and_the_gauge_count_a_hybrid_models_state_slots_and_nothing_for_others() -> None:
+    blocks = BlockManager(64, 4, enable_prefix_cache=False)
+    core = TokenCore(Engine(Scheduler(SchedulerLimits(8, 64, 1000), blocks, StateSlots(4)), FakeRunner(blocks, VOCAB)))
+    metrics = Metrics("thinker", "t")
+    bind_engine_metrics(metrics, core)
+
+    def gauge() -> float | None:  # read when scraped
+        labels = {"stage": "thinker", "replica": "t", "model_name": ""}
+        return metrics.registry.get_sample_value("omnimesh_state_slot_usage_ratio", labels)
+
+    seqs = [make_seq([1, 2, 3], LONG) for _ in range(3)]
+    for seq in seqs:
+        core.apply(Add(seq.seq_id, seq))
+    assert core.load().state_usage_ratio == 0.0 and gauge() == 0.0  # waiting: no slot yet
+    core.step()
+    assert core.load().state_usage_ratio == 0.75 and gauge() == 0.75
+    core.apply(Abort(seqs[0].seq_id))
+    assert core.load().state_usage_ratio == 0.5 and gauge() == 0.5
+    plain = BlockManager(64, 4)
+    assert TokenCore(Engine(Scheduler(SchedulerLimits(8, 64, 1000), plain), FakeRunner(plain, VOCAB))
+                     ).load().state_usage_ratio is None
