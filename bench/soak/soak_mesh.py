@@ -191,9 +191,10 @@ def prefix_hits(mesh: Mesh) -> float:
 
 
 def held_after(mesh: Mesh) -> dict[str, float]:
-    """What each process still holds once a wave is over: the gateway's open streams, each thinker's requests."""
+    """What each process still holds once a wave is over: the gateway's open streams, each thinker's requests and
+    (a hybrid model) state slots."""
     return {name: settled(p["metrics_port"], ("omnimesh_requests_in_flight",) if name == "gateway" else
-                          ("omnimesh_requests_running", "omnimesh_queue_depth"))
+                          ("omnimesh_requests_running", "omnimesh_queue_depth", "omnimesh_state_slot_usage_ratio"))
             for name, p in mesh.ports.items() if name == "gateway" or name.startswith("thinker")}
 
 
