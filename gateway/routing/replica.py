@@ -101,7 +101,8 @@ class ThinkerReplica:
                 async for event in self.stub.CacheEvents(thinker_pb2.CacheEventsRequest(
                         interval_ms=REPORT_INTERVAL_MS)):
                     self.index.apply(event.snapshot, list(event.stored), list(event.evicted), event.block_size,
-                                     event.prefix_cache)
+                                     event.prefix_cache, event.needs_state, list(event.states_stored),
+                                     list(event.states_evicted))
                     self.others_load = max(0, event.load.running + event.load.waiting - self.in_flight)
                     self.kv_usage = event.load.kv_usage
             except grpc.aio.AioRpcError as err:

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from runtime.engine.block_manager import BlockManager, block_key, iter_block_keys, media_salt, reusable_prompt_blocks
+from runtime.engine.cache_events import CacheEventLog
 from runtime.engine.sequence import Sequence
 
 
@@ -24,8 +25,10 @@ class Snapshot(NamedTuple):
 
 
 class StatePrefixCache:
-    def __init__(self, num_snapshots: int, blocks: BlockManager, boundary_tokens: frozenset[int] = frozenset()
-                 ) -> None:
+    def __init__(self, num_snapshots: int, blocks: BlockManager, boundary_tokens: frozenset[int] = frozenset(),
+                 events: CacheEventLog | None = None) -> None:
+        """`events`, when given, logs the boundary blocks whose state is kept (stored when named, evicted when the
+        name is dropped): a router needs them, since a cached block past the deepest of them is not reusable."""
         if num_snapshots < 1:
             raise ValueError(f"num_snapshots={num_snapshots}: the hybrid prefix cache needs at least one snapshot")
         if not blocks.enable_prefix_cache:
@@ -35,6 +38,7 @@ class StatePrefixCache:
         self.boundary_tokens = boundary_tokens
         self._lru: OrderedDict[int, bytes | None] = OrderedDict.fromkeys(range(num_snapshots))  # oldest first
         self._by_key: dict[bytes, int] = {}
+        self.events = events
 
     def find(self, key: bytes) -> int | None:
         index = self._by_key.get(key)
@@ -47,6 +51,8 @@ class StatePrefixCache:
         index, key = self._lru.popitem(last=False)
         if key is not None:
             del self._by_key[key]
+            if self.events is not None:
+                self.events.evicted(key)
         self._lru[index] = None
         return index
 
@@ -56,6 +62,8 @@ class StatePrefixCache:
         old = self._by_key.get(snapshot.key)
         if old is not None and old != snapshot.index:
             self._lru[old] = None  # the same boundary twice: keep the newer copy
+        elif old is None and self.events is not None:
+            self.events.stored(snapshot.key)
         self._by_key[snapshot.key] = snapshot.index
         self._lru[snapshot.index] = snapshot.key
         self._lru.move_to_end(snapshot.index)

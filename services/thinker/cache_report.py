@@ -26,6 +26,9 @@ class CacheReport:
     load: ReplicaLoad
     block_size: int
     prefix_cache: bool
+    # a hybrid model's boundary blocks whose state is kept (None: a model that needs none); a snapshot when `delta`
+    # is one, so the receiver forgets both together
+    states: CacheDelta | None = None
 
 
 def report_interval_s(interval_ms: int) -> float:
@@ -47,6 +50,8 @@ class CacheReporter:
     def __init__(self, scheduler: Scheduler, draining: Callable[[], bool] = lambda: False) -> None:
         if scheduler.blocks.events is None:
             raise ValueError("the scheduler's BlockManager was built without a CacheEventLog (events=)")
+        if scheduler.state_prefix is not None and scheduler.state_prefix.events is None:
+            raise ValueError("the scheduler's StatePrefixCache was built without a CacheEventLog (events=)")
         self._events: CacheEventLog = scheduler.blocks.events
         self._scheduler = scheduler
         self._draining = draining
@@ -59,9 +64,16 @@ class CacheReporter:
         """A snapshot first, then the net changes of each interval, each with the load at that moment; until the
         server drains."""
         blocks = self._scheduler.blocks
-        cursor = None
+        state_log = None if self._scheduler.state_prefix is None else self._scheduler.state_prefix.events
+        cursor = state_cursor = None
         while not self._draining():
             delta = self._events.read(cursor)
+            states = None
+            if state_log is not None:
+                states = state_log.read(None if delta.snapshot else state_cursor)
+                if states.snapshot and not delta.snapshot:  # fell behind the state log: both start over
+                    delta = self._events.read(None)
+                state_cursor = states.cursor
             cursor = delta.cursor
-            yield CacheReport(delta, self.load(), blocks.block_size, blocks.enable_prefix_cache)
+            yield CacheReport(delta, self.load(), blocks.block_size, blocks.enable_prefix_cache, states)
             await asyncio.sleep(interval_s)

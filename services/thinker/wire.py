@@ -187,4 +187,6 @@ def cache_event_to_pb(report: CacheReport) -> thinker_pb2.CacheEvent:
     return thinker_pb2.CacheEvent(
         snapshot=report.delta.snapshot, stored=report.delta.stored, evicted=report.delta.evicted,
         load=thinker_pb2.ReplicaLoad(running=load.running, waiting=load.waiting, kv_usage=load.kv_usage),
-        block_size=report.block_size, prefix_cache=report.prefix_cache)
+        block_size=report.block_size, prefix_cache=report.prefix_cache, needs_state=report.states is not None,
+        states_stored=report.states.stored if report.states else [],
+        states_evicted=report.states.evicted if report.states else [])

@@ -188,6 +188,7 @@ def test_cache_events_reports_a_snapshot_then_changes_and_refuses_a_bad_interval
 
     events, err = asyncio.run(read())
     assert events[0].snapshot and events[0].block_size == 16 and events[0].prefix_cache
+    assert not events[0].needs_state and not events[0].states_stored  # an attention model reuses any cached prefix
     assert all(len(k) == 16 for k in events[0].stored)
     assert not events[1].snapshot and 0.0 <= events[1].load.kv_usage <= 1.0
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "interval_ms" in err.details()

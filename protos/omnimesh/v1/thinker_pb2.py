@@ -25,33 +25,33 @@ _sym_db = _symbol_database.Default()
 from omnimesh.v1 import common_pb2 as omnimesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19omnimesh/v1/thinker.proto\x12\x0bomnimesh.v1\x1a\x18omnimesh/v1/common.proto\")\n\x12\x43\x61\x63heEventsRequest\x12\x13\n\x0binterval_ms\x18\x01 \x01(\r\"A\n\x0bReplicaLoad\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x10\n\x08kv_usage\x18\x03 \x01(\x02\"\x91\x01\n\nCacheEvent\x12\x10\n\x08snapshot\x18\x01 \x01(\x08\x12\x0e\n\x06stored\x18\x02 \x03(\x0c\x12\x0f\n\x07\x65victed\x18\x03 \x03(\x0c\x12&\n\x04load\x18\x04 \x01(\x0b\x32\x18.omnimesh.v1.ReplicaLoad\x12\x12\n\nblock_size\x18\x05 \x01(\r\x12\x14\n\x0cprefix_cache\x18\x06 \x01(\x08\"\xa8\x01\n\tMediaSpan\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.omnimesh.v1.MediaKind\x12\x0e\n\x06offset\x18\x02 \x01(\r\x12\x0e\n\x06length\x18\x03 \x01(\r\x12\x10\n\x08grid_thw\x18\x04 \x03(\r\x12\x17\n\x0fsecond_per_grid\x18\x05 \x01(\x02\x12\x14\n\x0c\x63ontent_hash\x18\x06 \x01(\t\x12\x14\n\x0c\x61udio_length\x18\x07 \x01(\r\"\xcc\x01\n\rGenerateStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12%\n\x05media\x18\x03 \x03(\x0b\x32\x16.omnimesh.v1.MediaSpan\x12-\n\x08sampling\x18\x04 \x01(\x0b\x32\x1b.omnimesh.v1.SamplingParams\x12\x1a\n\x12use_audio_in_video\x18\x05 \x01(\x08\x12\"\n\x1areturn_talker_conditioning\x18\x06 \x01(\x08\"k\n\x0fGenerateRequest\x12+\n\x05start\x18\x01 \x01(\x0b\x32\x1a.omnimesh.v1.GenerateStartH\x00\x12$\n\x05media\x18\x02 \x01(\x0b\x32\x13.omnimesh.v1.TensorH\x00\x42\x05\n\x03msg\"Z\n\nTokenBatch\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12+\n\x08logprobs\x18\x03 \x03(\x0b\x32\x19.omnimesh.v1.TokenLogprob\"\x8e\x01\n\x10GenerateFinished\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.omnimesh.v1.FinishReason\x12!\n\x05usage\x18\x02 \x01(\x0b\x32\x12.omnimesh.v1.Usage\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.omnimesh.v1.Timings\"\xab\x01\n\x10GenerateResponse\x12)\n\x06tokens\x18\x01 \x01(\x0b\x32\x17.omnimesh.v1.TokenBatchH\x00\x12\x32\n\x13talker_conditioning\x18\x02 \x01(\x0b\x32\x13.omnimesh.v1.TensorH\x00\x12\x31\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x1d.omnimesh.v1.GenerateFinishedH\x00\x42\x05\n\x03msg*\x88\x01\n\tMediaKind\x12\x1a\n\x16MEDIA_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10MEDIA_KIND_IMAGE\x10\x01\x12\x14\n\x10MEDIA_KIND_VIDEO\x10\x02\x12\x14\n\x10MEDIA_KIND_AUDIO\x10\x03\x12\x1d\n\x19MEDIA_KIND_AUDIO_IN_VIDEO\x10\x04\x32\xdb\x01\n\x07Thinker\x12K\n\x08Generate\x12\x1c.omnimesh.v1.GenerateRequest\x1a\x1d.omnimesh.v1.GenerateResponse(\x01\x30\x01\x12\x38\n\x04Info\x12\x18.omnimesh.v1.InfoRequest\x1a\x16.omnimesh.v1.StageInfo\x12I\n\x0b\x43\x61\x63heEvents\x12\x1f.omnimesh.v1.CacheEventsRequest\x1a\x17.omnimesh.v1.CacheEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19omnimesh/v1/thinker.proto\x12\x0bomnimesh.v1\x1a\x18omnimesh/v1/common.proto\")\n\x12\x43\x61\x63heEventsRequest\x12\x13\n\x0binterval_ms\x18\x01 \x01(\r\"A\n\x0bReplicaLoad\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x10\n\x08kv_usage\x18\x03 \x01(\x02\"\xd5\x01\n\nCacheEvent\x12\x10\n\x08snapshot\x18\x01 \x01(\x08\x12\x0e\n\x06stored\x18\x02 \x03(\x0c\x12\x0f\n\x07\x65victed\x18\x03 \x03(\x0c\x12&\n\x04load\x18\x04 \x01(\x0b\x32\x18.omnimesh.v1.ReplicaLoad\x12\x12\n\nblock_size\x18\x05 \x01(\r\x12\x14\n\x0cprefix_cache\x18\x06 \x01(\x08\x12\x13\n\x0bneeds_state\x18\x07 \x01(\x08\x12\x15\n\rstates_stored\x18\x08 \x03(\x0c\x12\x16\n\x0estates_evicted\x18\t \x03(\x0c\"\xa8\x01\n\tMediaSpan\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.omnimesh.v1.MediaKind\x12\x0e\n\x06offset\x18\x02 \x01(\r\x12\x0e\n\x06length\x18\x03 \x01(\r\x12\x10\n\x08grid_thw\x18\x04 \x03(\r\x12\x17\n\x0fsecond_per_grid\x18\x05 \x01(\x02\x12\x14\n\x0c\x63ontent_hash\x18\x06 \x01(\t\x12\x14\n\x0c\x61udio_length\x18\x07 \x01(\r\"\xcc\x01\n\rGenerateStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12%\n\x05media\x18\x03 \x03(\x0b\x32\x16.omnimesh.v1.MediaSpan\x12-\n\x08sampling\x18\x04 \x01(\x0b\x32\x1b.omnimesh.v1.SamplingParams\x12\x1a\n\x12use_audio_in_video\x18\x05 \x01(\x08\x12\"\n\x1areturn_talker_conditioning\x18\x06 \x01(\x08\"k\n\x0fGenerateRequest\x12+\n\x05start\x18\x01 \x01(\x0b\x32\x1a.omnimesh.v1.GenerateStartH\x00\x12$\n\x05media\x18\x02 \x01(\x0b\x32\x13.omnimesh.v1.TensorH\x00\x42\x05\n\x03msg\"Z\n\nTokenBatch\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12+\n\x08logprobs\x18\x03 \x03(\x0b\x32\x19.omnimesh.v1.TokenLogprob\"\x8e\x01\n\x10GenerateFinished\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.omnimesh.v1.FinishReason\x12!\n\x05usage\x18\x02 \x01(\x0b\x32\x12.omnimesh.v1.Usage\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.omnimesh.v1.Timings\"\xab\x01\n\x10GenerateResponse\x12)\n\x06tokens\x18\x01 \x01(\x0b\x32\x17.omnimesh.v1.TokenBatchH\x00\x12\x32\n\x13talker_conditioning\x18\x02 \x01(\x0b\x32\x13.omnimesh.v1.TensorH\x00\x12\x31\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x1d.omnimesh.v1.GenerateFinishedH\x00\x42\x05\n\x03msg*\x88\x01\n\tMediaKind\x12\x1a\n\x16MEDIA_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10MEDIA_KIND_IMAGE\x10\x01\x12\x14\n\x10MEDIA_KIND_VIDEO\x10\x02\x12\x14\n\x10MEDIA_KIND_AUDIO\x10\x03\x12\x1d\n\x19MEDIA_KIND_AUDIO_IN_VIDEO\x10\x04\x32\xdb\x01\n\x07Thinker\x12K\n\x08Generate\x12\x1c.omnimesh.v1.GenerateRequest\x1a\x1d.omnimesh.v1.GenerateResponse(\x01\x30\x01\x12\x38\n\x04Info\x12\x18.omnimesh.v1.InfoRequest\x1a\x16.omnimesh.v1.StageInfo\x12I\n\x0b\x43\x61\x63heEvents\x12\x1f.omnimesh.v1.CacheEventsRequest\x1a\x17.omnimesh.v1.CacheEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'omnimesh.v1.thinker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MEDIAKIND']._serialized_start=1225
-  _globals['_MEDIAKIND']._serialized_end=1361
+  _globals['_MEDIAKIND']._serialized_start=1293
+  _globals['_MEDIAKIND']._serialized_end=1429
   _globals['_CACHEEVENTSREQUEST']._serialized_start=68
   _globals['_CACHEEVENTSREQUEST']._serialized_end=109
   _globals['_REPLICALOAD']._serialized_start=111
   _globals['_REPLICALOAD']._serialized_end=176
   _globals['_CACHEEVENT']._serialized_start=179
-  _globals['_CACHEEVENT']._serialized_end=324
-  _globals['_MEDIASPAN']._serialized_start=327
-  _globals['_MEDIASPAN']._serialized_end=495
-  _globals['_GENERATESTART']._serialized_start=498
-  _globals['_GENERATESTART']._serialized_end=702
-  _globals['_GENERATEREQUEST']._serialized_start=704
-  _globals['_GENERATEREQUEST']._serialized_end=811
-  _globals['_TOKENBATCH']._serialized_start=813
-  _globals['_TOKENBATCH']._serialized_end=903
-  _globals['_GENERATEFINISHED']._serialized_start=906
-  _globals['_GENERATEFINISHED']._serialized_end=1048
-  _globals['_GENERATERESPONSE']._serialized_start=1051
-  _globals['_GENERATERESPONSE']._serialized_end=1222
-  _globals['_THINKER']._serialized_start=1364
-  _globals['_THINKER']._serialized_end=1583
+  _globals['_CACHEEVENT']._serialized_end=392
+  _globals['_MEDIASPAN']._serialized_start=395
+  _globals['_MEDIASPAN']._serialized_end=563
+  _globals['_GENERATESTART']._serialized_start=566
+  _globals['_GENERATESTART']._serialized_end=770
+  _globals['_GENERATEREQUEST']._serialized_start=772
+  _globals['_GENERATEREQUEST']._serialized_end=879
+  _globals['_TOKENBATCH']._serialized_start=881
+  _globals['_TOKENBATCH']._serialized_end=971
+  _globals['_GENERATEFINISHED']._serialized_start=974
+  _globals['_GENERATEFINISHED']._serialized_end=1116
+  _globals['_GENERATERESPONSE']._serialized_start=1119
+  _globals['_GENERATERESPONSE']._serialized_end=1290
+  _globals['_THINKER']._serialized_start=1432
+  _globals['_THINKER']._serialized_end=1651
 # @@protoc_insertion_point(module_scope)

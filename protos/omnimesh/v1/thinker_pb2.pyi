@@ -38,20 +38,26 @@ class ReplicaLoad(_message.Message):
     def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ...) -> None: ...
 
 class CacheEvent(_message.Message):
-    __slots__ = ("snapshot", "stored", "evicted", "load", "block_size", "prefix_cache")
+    __slots__ = ("snapshot", "stored", "evicted", "load", "block_size", "prefix_cache", "needs_state", "states_stored", "states_evicted")
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
     EVICTED_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_STATE_FIELD_NUMBER: _ClassVar[int]
+    STATES_STORED_FIELD_NUMBER: _ClassVar[int]
+    STATES_EVICTED_FIELD_NUMBER: _ClassVar[int]
     snapshot: bool
     stored: _containers.RepeatedScalarFieldContainer[bytes]
     evicted: _containers.RepeatedScalarFieldContainer[bytes]
     load: ReplicaLoad
     block_size: int
     prefix_cache: bool
-    def __init__(self, snapshot: _Optional[bool] = ..., stored: _Optional[_Iterable[bytes]] = ..., evicted: _Optional[_Iterable[bytes]] = ..., load: _Optional[_Union[ReplicaLoad, _Mapping]] = ..., block_size: _Optional[int] = ..., prefix_cache: _Optional[bool] = ...) -> None: ...
+    needs_state: bool
+    states_stored: _containers.RepeatedScalarFieldContainer[bytes]
+    states_evicted: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, snapshot: _Optional[bool] = ..., stored: _Optional[_Iterable[bytes]] = ..., evicted: _Optional[_Iterable[bytes]] = ..., load: _Optional[_Union[ReplicaLoad, _Mapping]] = ..., block_size: _Optional[int] = ..., prefix_cache: _Optional[bool] = ..., needs_state: _Optional[bool] = ..., states_stored: _Optional[_Iterable[bytes]] = ..., states_evicted: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class MediaSpan(_message.Message):
     __slots__ = ("kind", "offset", "length", "grid_thw", "second_per_grid", "content_hash", "audio_length")

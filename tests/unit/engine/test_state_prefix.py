@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.engine.block_manager import BlockManager
+from runtime.engine.block_manager import BlockManager, prompt_block_keys
+from runtime.engine.cache_events import CacheEventLog
 from runtime.engine.sampling_params import SamplingOptions
 from runtime.engine.scheduler import ScheduledBatch, Scheduler, SchedulerLimits
 from runtime.engine.sequence import Sequence
@@ -21,9 +22,10 @@ def seq(seq_id: int, prompt: list[int]) -> Sequence:
     return make_seq(prompt, SamplingOptions(temperature=0, max_tokens=1), seq_id=seq_id)
 
 
-def make_scheduler(num_snapshots: int = 2, num_blocks: int = 64) -> Scheduler:
+def make_scheduler(num_snapshots: int = 2, num_blocks: int = 64, events: CacheEventLog | None = None) -> Scheduler:
     blocks = BlockManager(num_blocks, 4, enable_prefix_cache=True)
-    return Scheduler(SchedulerLimits(4, 64, 1000), blocks, StateSlots(4), StatePrefixCache(num_snapshots, blocks))
+    return Scheduler(SchedulerLimits(4, 64, 1000), blocks, StateSlots(4),
+                     StatePrefixCache(num_snapshots, blocks, events=events))
 
 
 def run(sched: Scheduler, s: Sequence) -> list[ScheduledBatch]:
@@ -89,3 +91,20 @@ def test_turn_ends_are_boundaries_too_so_another_question_reuses_the_system_prom
     batches = run(sched, other)
     assert batches[0].rows[0].restore_from == first[0].rows[0].snapshot.index
     assert other.num_cached_prompt_tokens == 8
+
+
+def test_the_blocks_whose_state_is_kept_are_logged_for_routers() -> None:
+    """Named when the snapshot is bound, dropped when its slot is taken for another boundary; the same boundary
+    snapshotted again is no change."""
+    log = CacheEventLog()
+    sched = make_scheduler(num_snapshots=1, events=log)
+    first, other = SYSTEM + [1, 2, 3], [5] * 21
+    run(sched, seq(0, first))
+    kept = prompt_block_keys(first, (), 4)[-1]  # the block ending at token 20
+    delta = log.read(None)
+    assert delta.snapshot and delta.stored == [kept]
+    run(sched, seq(1, other))  # takes the one snapshot
+    changes = log.read(delta.cursor)
+    assert changes.evicted == [kept] and changes.stored == [prompt_block_keys(other, (), 4)[-1]]
+    run(sched, seq(2, other + [6]))  # resumes at the kept boundary (20); its own last full block is 20 too
+    assert log.read(changes.cursor).stored == [] and log.read(changes.cursor).evicted == []

@@ -51,3 +51,24 @@ def test_sent_blocks_count_until_reported_or_expired() -> None:
     idx.apply(False, [K[1]], [], 16, True)  # confirmed: no longer subject to the TTL
     clock.now += 60.0
     assert idx.prefix_blocks(K) == 2
+
+
+def test_a_hybrid_replica_reuses_a_prefix_only_up_to_a_block_whose_state_it_kept() -> None:
+    clock = Clock()
+    idx = CacheIndex(pending_ttl_s=5.0, clock=clock)
+    idx.apply(True, K[:5], [], 16, True, needs_state=True, states_stored=[K[1], K[3]])
+    assert idx.prefix_blocks(K) == 4 and idx.prefix_blocks(K[:3]) == 2  # the deepest kept state within the prefix
+    idx.apply(False, [], [], 16, True, True, states_evicted=[K[3]])
+    assert idx.prefix_blocks(K) == 2
+    idx.apply(False, [], [K[1]], 16, True, True)  # the block is gone: its kept state no longer helps
+    assert idx.prefix_blocks(K) == 0
+    idx.expect(K[:6])  # sent a prompt: its blocks, and the state at its last one, count until reported
+    assert idx.prefix_blocks(K) == 6
+    clock.now += 6.0
+    assert idx.prefix_blocks(K) == 0
+    idx.apply(True, K[:4], [], 16, True, True, [K[2]])
+    idx.forget()
+    idx.apply(True, K[:4], [], 16, True, True)  # its states are forgotten with the blocks
+    assert idx.prefix_blocks(K) == 0
+    idx.apply(True, K[:4], [], 16, True, needs_state=False)  # an attention model: every cached block counts
+    assert idx.prefix_blocks(K) == 4

@@ -8,6 +8,8 @@ import pytest
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.cache_events import CacheEventLog
 from runtime.engine.scheduler import Scheduler, SchedulerLimits
+from runtime.engine.state_prefix import StatePrefixCache
+from runtime.engine.state_slots import StateSlots
 from runtime.errors import InvalidArgument
 from services.thinker.cache_report import CacheReporter, report_interval_s
 from services.thinker.wire import cache_event_to_pb
@@ -61,3 +63,43 @@ def test_reports_end_once_the_server_drains() -> None:
         return n
 
     assert asyncio.run(asyncio.wait_for(count(), 5)) == 3
+
+
+def hybrid_scheduler(block_log: CacheEventLog, state_log: CacheEventLog | None) -> Scheduler:
+    blocks = BlockManager(8, 16, events=block_log)
+    return Scheduler(SchedulerLimits(4, 64, 64), blocks, StateSlots(4), StatePrefixCache(2, blocks, events=state_log))
+
+
+def test_a_hybrid_replica_reports_the_blocks_whose_state_it_kept_and_both_start_over_together() -> None:
+    blocks, states = CacheEventLog(), CacheEventLog(capacity=2)
+    a, b, c, d = (bytes([i]) * 16 for i in range(4))
+    blocks.stored(a)
+    states.stored(a)
+
+    async def three() -> list:
+        reports = CacheReporter(hybrid_scheduler(blocks, states)).reports(0.01)
+        first = await anext(reports)
+        blocks.stored(b)
+        states.evicted(a)
+        second = await anext(reports)
+        for key in (b, c, d):  # more state changes than its log keeps: the reader fell behind
+            states.stored(key)
+        third = await anext(reports)
+        await reports.aclose()
+        return [first, second, third]
+
+    first, second, third = asyncio.run(three())
+    assert first.delta.snapshot and first.states.snapshot and first.states.stored == [a]
+    assert not second.delta.snapshot and second.delta.stored == [b] and second.states.evicted == [a]
+    assert third.states.snapshot and third.delta.snapshot  # one snapshot flag on the wire: both start over
+    assert third.delta.stored == [a, b] and third.states.stored == [b, c, d]
+    msg = cache_event_to_pb(second)
+    assert msg.needs_state and list(msg.states_evicted) == [a] and list(msg.states_stored) == []
+    plain = cache_event_to_pb(asyncio.run(anext(CacheReporter(
+        Scheduler(SchedulerLimits(4, 64, 64), BlockManager(8, 16, events=CacheEventLog()))).reports(0.01))))
+    assert not plain.needs_state and not plain.states_stored
+
+
+def test_a_hybrid_prefix_cache_without_a_state_log_cannot_report() -> None:
+    with pytest.raises(ValueError, match="StatePrefixCache was built without a CacheEventLog"):
+        CacheReporter(hybrid_scheduler(CacheEventLog(), None))
