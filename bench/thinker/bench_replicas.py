@@ -64,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # two released thinkers hold ~118 GiB of an H200's ~139: 6 GiB each is ~65k tokens of KV
     p.add_argument("--kv-cache-gib", type=float, default=None, help="per replica (default 6; 1/16 with --tiny)")
     p.add_argument("--max-num-seqs", type=int, default=32)
+    p.add_argument("--state-snapshots", type=int, default=None,
+                   help="thinker.engine.num_state_snapshots of a hybrid model (Qwen3.5; default: the engine's)")
     p.add_argument("--margin", type=int, default=8, help="gateway.thinker_routing_margin of the prefix_aware run")
     p.add_argument("--concurrency", type=int, nargs="+", default=[16, 32])
     p.add_argument("--turns", type=int, default=4)
@@ -83,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.kv_cache_gib = args.kv_cache_gib or 1 / 16
     else:
         args.devices = args.devices or ["cuda:0", "cuda:0"]
-        args.kv_cache_gib = args.kv_cache_gib or 6.0
+        args.kv_cache_gib = args.kv_cache_gib or (6.0 if on_gpu(args) else 1 / 16)
     return args
 
 
@@ -106,12 +108,17 @@ def random_checkpoint(args: argparse.Namespace, template_dir: Path) -> tuple[Pat
     return out, calibration
 
 
+def on_gpu(args: argparse.Namespace) -> bool:
+    return all(d.startswith("cuda") for d in args.devices)
+
+
 def thinker_section(args: argparse.Namespace) -> dict[str, Any]:
-    on_gpu = not args.tiny
+    engine = {"kv_cache_bytes": int(args.kv_cache_gib * 2**30), "max_num_seqs": args.max_num_seqs,
+              "max_batch_tokens": max(2048, args.max_num_seqs)}
+    if args.state_snapshots is not None:
+        engine["num_state_snapshots"] = args.state_snapshots
     return {"replicas": len(args.devices), "devices": args.devices,
-            "dtype": "bfloat16" if on_gpu else "float32",
-            "engine": {"kv_cache_bytes": int(args.kv_cache_gib * 2**30), "max_num_seqs": args.max_num_seqs,
-                       "max_batch_tokens": max(2048, args.max_num_seqs)}}
+            "dtype": "bfloat16" if on_gpu(args) else "float32", "engine": engine}
 
 
 def start_gateway(model_dir: Path, addresses: list[str], policy: str, margin: int, workdir: Path,
@@ -238,7 +245,7 @@ def measure(workload: Workload, mesh: Mesh, address: str, gateway_metrics: int, 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     template_dir = resolve_model("demo")  # tokenizer and chat template (the real Qwen vocabulary)
-    device = torch.device("cpu" if args.tiny else "cuda")
+    device = torch.device("cuda" if on_gpu(args) else "cpu")
     command = " ".join(["bench/thinker/bench_replicas.py", *(sys.argv[1:] if argv is None else argv)])
     result: dict[str, Any] = {**provenance_of(command, device),
                               "workload": {"name": "multi-turn text->text", "load": "closed loop",
@@ -259,7 +266,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if written:
         model_dir, result["routing_calibration"] = random_checkpoint(args, template_dir)
         save()
-    text_config = json.loads((model_dir / "config.json").read_text())["thinker_config"]["text_config"]
+    config = json.loads((model_dir / "config.json").read_text())
+    text_config = config.get("thinker_config", config).get("text_config", config)  # Omni, Qwen3.5, Qwen3-ASR
     result["decoder_layers"] = text_config["num_hidden_layers"]
     workdir = Path(tempfile.mkdtemp(prefix="bench-routing-"))
     log_path = args.out.with_suffix(".mesh.log")
