@@ -15,6 +15,7 @@ from runtime.checkpoint import token_ids as T
 from runtime.config import SpeechConfig
 from runtime.engine.engine_loop import EngineLoop
 from runtime.engine.request_stream import RequestStream
+from runtime.engine.step_core import CoreLoad
 from runtime.errors import InvalidArgument, Unavailable
 from runtime.metrics import Metrics
 from services.talker.model.generate import TalkerRunner
@@ -285,7 +286,7 @@ def test_the_core_takes_only_its_commands_and_ignores_unknown_keys(model: Talker
     with pytest.raises(TypeError, match="Add, Abort, MoreText and TextEnd"):
         core.apply("more text")
     core.apply(MoreText(99, [20]))  # a request it does not hold (finished, cancelled): ignored
-    assert core.load() == (0, 0, None) and not core.has_work
+    assert core.load() == CoreLoad(0, 0, None, None) and not core.has_work
 
 
 def test_the_talker_steps_reach_the_shared_engine_metrics(model: TalkerModel) -> None:
