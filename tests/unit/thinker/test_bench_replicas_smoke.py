@@ -30,3 +30,19 @@ def test_tiny_run_compares_both_policies_on_the_same_replicas(tmp_path: Path) ->
     robin = level["round_robin"]["routed"]
     assert len(robin) == 2 and all(k.startswith("decision=round_robin") for k in robin)  # both replicas, in turn
     assert "ttft_p50_reduction" in level and result["mesh_exit"] == 0
+
+
+def test_a_hybrid_checkpoint_on_cpu_devices_routes_by_its_kept_states(tmp_path: Path) -> None:
+    """`--model` on CPU devices with Qwen3.5 (its config has no thinker_config), two state snapshots a replica."""
+    out = tmp_path / "replicas-qwen3.5.json"
+    model = resolve_model("demo-qwen3.5")
+    main(["--model", str(model), "--devices", "cpu", "cpu", "--out", str(out), "--concurrency", "2", "--turns", "2",
+          "--conversations-per-stream", "2", "--system-tokens", "48", "--user-tokens", "16", "--output-tokens", "3",
+          "--state-snapshots", "2"])
+    result = json.loads(out.read_text())
+    assert result["decoder_layers"] == json.loads((model / "config.json").read_text())["text_config"][
+        "num_hidden_layers"]
+    assert result["replicas"]["dtype"] == "float32" and result["replicas"]["engine"]["num_state_snapshots"] == 2
+    (level,) = result["levels"]
+    assert all(level[policy]["requests"] == 4 for policy in ("prefix_aware", "round_robin"))
+    assert level["prefix_aware"]["prefix_hit_rate"] > 0 and result["mesh_exit"] == 0
