@@ -44,6 +44,7 @@ from bench.thinker.workload import PromptMaker, RequestRecord, percentile, read_
 from omnimesh.v1 import common_pb2, omni_pb2, omni_pb2_grpc  # noqa: E402
 from runtime.model_path import resolve_model  # noqa: E402
 from runtime.server import READY_PREFIX  # noqa: E402
+from services.thinker.model.config import ThinkerConfig  # noqa: E402
 
 POLICIES = ("round_robin", "prefix_aware")
 
@@ -266,9 +267,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if written:
         model_dir, result["routing_calibration"] = random_checkpoint(args, template_dir)
         save()
-    config = json.loads((model_dir / "config.json").read_text())
-    text_config = config.get("thinker_config", config).get("text_config", config)  # Omni, Qwen3.5, Qwen3-ASR
-    result["decoder_layers"] = text_config["num_hidden_layers"]
+    result["decoder_layers"] = ThinkerConfig.from_checkpoint(model_dir).num_layers  # any family's layout
     workdir = Path(tempfile.mkdtemp(prefix="bench-routing-"))
     log_path = args.out.with_suffix(".mesh.log")
     with open(log_path, "w") as log:
