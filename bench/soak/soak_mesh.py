@@ -98,7 +98,7 @@ class Mix:
         request = omni_pb2.ChatRequest(messages=[*system, omni_pb2.Message(role="user", content=parts)],
                                        output_modalities=outputs, use_audio_in_video=self.heard(kind),
                                        sampling=sampling)
-        return request, (0.5 if late else 120.0)
+        return request, deadline_s(late)
 
     def heard(self, kind: str) -> bool:
         return kind == "video" and self.hears_video
@@ -117,7 +117,7 @@ class Mix:
         """A Qwen3-ASR transcription: the clip whole, or (odd i) streamed as PCM pieces with partial results."""
         late = i % 7 == 0
         kwargs: dict[str, Any] = {"max_tokens": 400 if late else 8, "ignore_eos": late, "seed": i,
-                                  "timeout": 0.5 if late else 120.0}
+                                  "timeout": deadline_s(late)}
         events = (client.transcribe_pcm_stream(pcm_pieces(i), PCM_RATE, partial_every_s=2 * PCM_PIECE_S, **kwargs)
                   if i % 2 else client.transcribe_stream(self.media["audio"], **kwargs))
         try:
@@ -128,6 +128,11 @@ class Mix:
             return "transcribe_OK"
         except OmnimeshError as err:
             return f"transcribe_{err.code.name}"
+
+
+def deadline_s(late: bool) -> float:
+    """A gRPC call's deadline: a late one's the HTTP lane's LATE_S, so both lanes cut their late answers alike."""
+    return http_lane.LATE_S if late else 120.0
 
 
 def pcm_pieces(seed: int, seconds: float = 1.5) -> list[bytes]:
