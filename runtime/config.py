@@ -93,6 +93,9 @@ class EngineConfig:
     # coalesce token deltas on a stream: each message costs ~40 us of CPU (docs/grpc-transport.md)
     token_flush_ms: StrictFloat = Field(15.0, ge=0)
     enable_prefix_cache: StrictBool = True  # reuse the KV of full blocks whose tokens and media match an earlier prompt
+    # with steps run one ahead (GPU): launch the next decode step just before the running one ends, not at once, so
+    # that requests arriving meanwhile join it (runtime/engine/engine.py); opt-in until measured on a GPU
+    late_launch: StrictBool = False
     # Qwen3.5: sequences running at once hold one linear-attention state slot each (~49 MiB at 9B in fp32); with
     # all held, admission waits and the queue beyond it is max_waiting_seqs
     num_state_slots: StrictInt = Field(0, ge=0, description="0: max_num_seqs; ignored by attention-only models")

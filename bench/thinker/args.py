@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-buckets", type=int, nargs="*", default=[64, 128, 256, 512, 1024, 2048],
                    help="prefill token ladder (rungs above --max-batch-tokens are dropped)")
     p.add_argument("--no-graphs", action="store_true", help="eager steps only (to measure what graphs give)")
+    p.add_argument("--late-launch", action="store_true",
+                   help="the gateway run's thinker with engine.late_launch (a step launched ahead waits until the "
+                        "running one nearly ends, so arrivals join it)")
     p.add_argument("--ckpt-dir", type=Path, default=None,
                    help="where --random-weights writes its checkpoint for the gateway run (default: /dev/shm or tmp)")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds the mesh may take to come up")

@@ -61,7 +61,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_num_seqs=max_num_seqs, max_batch_tokens=args.max_batch_tokens, block_size=args.block_size,
         kv_cache_bytes=int((args.kv_cache_gib or (1 / 16 if args.tiny else 16)) * 2**30),
         max_model_len=args.max_model_len,
-        cuda_graphs=not args.no_graphs,
+        cuda_graphs=not args.no_graphs, late_launch=args.late_launch,
         decode_batch_buckets=tuple(b for b in args.decode_buckets if b <= max_num_seqs),
         prefill_token_buckets=tuple(n for n in args.prefill_buckets if n <= args.max_batch_tokens))
 

@@ -6,6 +6,12 @@ scheduled and launched (its rows read those tokens on the device), and only then
 turned into events. The host work of a step (read-back, stop checks, events, scheduling, packing, input copies)
 then overlaps the GPU's next step instead of leaving the GPU idle. A row whose sequence ended at N is computed in
 N+1 for nothing and dropped. Penalties count a row's pending token on the device.
+
+Launched at once, step N+1 is queued before N has run: a request that arrives while N runs misses N+1 and waits for
+N+2, a whole step more to its first token than without run-ahead. With `late_launch` the engine asks its loop to
+wait, taking requests as they come, until just before N should end (N's start, plus the recent duration of decode
+steps of its rows, less the host time a launch takes and a slack), then schedules and launches N+1 with them. Only
+a decode-only step has such an estimate; a step with prefill tokens is followed at once, as without.
 """
 from __future__ import annotations
 
@@ -68,13 +74,23 @@ class _Launched:
     started: float
 
 
+# late_launch: the next step goes out this much before the running one's estimated end, beyond the host's launch
+# time, so that a late wake-up of the engine thread or a step shorter than the estimate seldom idles the device
+LATE_LAUNCH_SLACK_S = 0.0005
+LATE_LAUNCH_SLACK_SHARE = 0.15  # of the estimated step, when that is more
+_EMA = 0.25  # weight of the newest sample in the step and launch time estimates
+
+
 class Engine:
-    def __init__(self, scheduler: Scheduler, runner: ModelRunner) -> None:
+    def __init__(self, scheduler: Scheduler, runner: ModelRunner, late_launch: bool = False) -> None:
         self.scheduler = scheduler
         self.runner = runner
         self._generators = RowGenerators(runner.device)
         self._by_id: dict[int, Sequence] = {}
         self._run_ahead = bool(getattr(runner, "reads_pending_tokens", False))
+        self._late_launch = late_launch and self._run_ahead
+        self._decode_s: dict[int, float] = {}  # rows -> recent seconds of a decode-only step (late_launch)
+        self._launch_s: float | None = None  # recent host seconds to schedule and launch a step ahead
         self._in_flight: _Launched | None = None  # launched by the last step(), its tokens not read yet
         self._read_at = 0.0  # when the last step's tokens were read: a step launched ahead of that ran after it
         self._prefix_counted = (0, 0)  # the scheduler's prefix-cache (queried, hit) tokens as last reported
@@ -114,9 +130,11 @@ class Engine:
             if launched is None:
                 return [], None
         if self._may_run_ahead(launched):
+            scheduling = time.perf_counter()
             pending = self.scheduler.advance(launched.batch, launched.seqs)
             index = {s.seq_id: i for i, s in enumerate(launched.seqs)}
             self._in_flight = self._launch(self.scheduler.schedule(), PendingTokens(launched.draws.tokens, index))
+            self._launch_s = _ema(self._launch_s, time.perf_counter() - scheduling)
             result = launched.draws.result()
             self.scheduler.resolve(pending, {s.seq_id: t for s, t in zip(launched.seqs, result.token_ids)})
         else:
@@ -145,6 +163,8 @@ class Engine:
         if orphan:
             return events, None  # the admissions it ran are counted with the next step reported
         batch = launched.batch
+        if self._late_launch and _decode_only(batch):
+            self._decode_s[len(batch.rows)] = _ema(self._decode_s.get(len(batch.rows)), seconds)
         (queried, hits), now = self._prefix_counted, (self.scheduler.num_prefix_queried_tokens,
                                                       self.scheduler.num_prefix_hit_tokens)
         self._prefix_counted = now
@@ -173,7 +193,27 @@ class Engine:
         draws = launch_sample(logits, [s.sampling for s in seqs], generators, histories, outputs, newest)
         return _Launched(batch, seqs, draws, started)
 
+    def step_due_in(self) -> float:
+        """Seconds until `step` should launch the next step (late_launch; see the module docstring), 0 for now."""
+        launched = self._in_flight
+        if not self._late_launch or launched is None or not self._may_run_ahead(launched):
+            return 0.0
+        estimate = self._decode_s.get(len(launched.batch.rows)) if _decode_only(launched.batch) else None
+        if estimate is None:
+            return 0.0
+        started = max(launched.started, self._read_at)  # launched ahead, it began when the step before it ended
+        slack = max(LATE_LAUNCH_SLACK_S, LATE_LAUNCH_SLACK_SHARE * estimate)
+        return min(estimate, started + estimate - (self._launch_s or 0.0) - slack - time.perf_counter())
+
     def _may_run_ahead(self, launched: _Launched) -> bool:
         """Whether to schedule the next step before reading this one's tokens: the runner reads pending tokens and
         this step draws some (penalties count a pending token on the device: `apply_penalties`' `newest`)."""
         return self._run_ahead and bool(launched.seqs)
+
+
+def _decode_only(batch: ScheduledBatch) -> bool:
+    return batch.num_tokens == len(batch.rows)
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else old + _EMA * (new - old)

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from runtime.engine.request_stream import RequestStream
@@ -107,6 +108,12 @@ class EngineLoop:
                 # every step's path); without any, the drain did not block, so there was work
                 if applied and not self.core.has_work:
                     continue  # the commands (an abort) left nothing to do
+                if (due_in := self.core.step_due_in()) > 0:
+                    applied = self._drain_until(time.perf_counter() + due_in)
+                    if applied < 0:
+                        return
+                    if applied and not self.core.has_work:
+                        continue
                 # the profiler outside the beat: writing its profile after the last profiled step is no stall
                 profiling = self._profiler.step() if self._profiler is not None else contextlib.nullcontext()
                 with profiling, self.heartbeat.beat():
@@ -133,12 +140,29 @@ class EngineLoop:
             if queued is None:
                 return -1
             applied += 1
-            command, stream = queued
-            if stream is not None:
-                self._streams[stream.key] = stream
-            elif isinstance(command, Abort):
-                self._streams.pop(command.key, None)
-            self.core.apply(command)
+            self._apply(queued)
+
+    def _drain_until(self, deadline: float) -> int:
+        """Applies commands as they arrive until `deadline` (time.perf_counter); the same return as `_drain`."""
+        applied = 0
+        while (left := deadline - time.perf_counter()) > 0:
+            try:
+                queued = self._commands.get(timeout=left)
+            except queue.Empty:
+                break
+            if queued is None:
+                return -1
+            applied += 1
+            self._apply(queued)
+        return applied
+
+    def _apply(self, queued: tuple[object, RequestStream | None]) -> None:
+        command, stream = queued
+        if stream is not None:
+            self._streams[stream.key] = stream
+        elif isinstance(command, Abort):
+            self._streams.pop(command.key, None)
+        self.core.apply(command)
 
     def _deliver(self, outputs: list[Output]) -> None:
         """Hands outputs to their streams, one call per event loop (a server has one)."""

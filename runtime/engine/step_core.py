@@ -3,7 +3,8 @@
 A core is the single-threaded heart of one stage (the thinker's token engine, the talker's frame engine). It knows
 nothing of threads, queues or event loops: `EngineLoop` calls every method below from its one engine thread
 (except `load`, see there), in this order: `thread_started` once, then any number of rounds of `apply` (the
-commands that arrived) and `step` (while `has_work`), and `fail_all` once if any of them raised.
+commands that arrived) and `step` (while `has_work`; `step_due_in` may defer it, with more `apply` calls meanwhile),
+and `fail_all` once if any of them raised.
 """
 from __future__ import annotations
 
@@ -99,6 +100,12 @@ class StepCore(ABC):
         called while `has_work`. A request whose `final` output is returned is forgotten by the core. Stats are
         None for a step not worth reporting (nothing ran, or its time would be idle time). May raise: the loop
         then calls `fail_all` and stops."""
+
+    def step_due_in(self) -> float:
+        """Seconds the core would rather wait before its next `step`, while it `has_work`: the loop waits that long
+        at most, applying the commands that arrive meanwhile (a step launched later can take requests that arrive
+        while the device still runs the last one). 0, the default: step now."""
+        return 0.0
 
     @abstractmethod
     def fail_all(self, error: BaseException) -> list[Output]:

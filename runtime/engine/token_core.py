@@ -33,6 +33,9 @@ class TokenCore(StepCore):
     def has_work(self) -> bool:
         return self.engine.has_work
 
+    def step_due_in(self) -> float:
+        return self.engine.step_due_in()
+
     def step(self) -> StepResult:
         events, stats = self.engine.step()
         return StepResult([self._output(ev) for ev in events], stats)

@@ -78,8 +78,8 @@ def build_engine(model: ThinkerLM | HybridLM, eng: EngineConfig, device: torch.d
     scheduler = Scheduler(SchedulerLimits(eng.max_num_seqs, eng.max_batch_tokens, max_model_len), blocks,
                           StateSlots(num_slots) if hybrid is not None else None,
                           StatePrefixCache(snapshots, blocks, turn_end_tokens, CacheEventLog()) if snapshots else None)
-    return EngineParts(Engine(scheduler, wrap_runner(runner)), scheduler, max_model_len, num_blocks, per_block,
-                       num_slots or eng.max_num_seqs)
+    return EngineParts(Engine(scheduler, wrap_runner(runner), eng.late_launch), scheduler, max_model_len, num_blocks,
+                       per_block, num_slots or eng.max_num_seqs)
 
 
 def build_thinker_service(mesh: MeshConfig, model_dir: Path, server: StageServer

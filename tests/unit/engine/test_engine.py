@@ -395,3 +395,124 @@ def test_random_schedules_give_every_request_its_own_tokens_and_free_everything(
         assert s.output_ids == (expected[:len(s.output_ids)] if s.seq_id in aborted else expected), (p, o)
     blocks = engine.scheduler.blocks
     assert blocks.usage_ratio == 0.0 and not engine.scheduler.running and not engine.scheduler.waiting
+
+
+class AsyncDevice:
+    """A device that runs launched steps one after another, `step_s` each, while the host goes on (the engine's
+    clock): a launch costs the host `launch_s`; reading a step's tokens waits for that step's end."""
+
+    def __init__(self, step_s: float, launch_s: float) -> None:
+        self.now = 0.0
+        self.step_s, self.launch_s = step_s, launch_s
+        self.free_at = 0.0  # when the last launched step ends
+        self.launches: list[tuple[float, float, float]] = []  # (host time of the launch, device start, end)
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def launch(self) -> float:
+        began = self.now
+        self.now += self.launch_s
+        start = max(self.now, self.free_at)
+        self.free_at = start + self.step_s
+        self.launches.append((began, start, self.free_at))
+        return self.free_at
+
+
+def async_engine(monkeypatch: pytest.MonkeyPatch, device: AsyncDevice, late_launch: bool) -> tuple[Engine, FakeRunner]:
+    monkeypatch.setattr(engine_module, "time", device)
+    sample = engine_module.launch_sample
+
+    class Draws:
+        def __init__(self, pending, end: float) -> None:  # noqa: ANN001
+            self.tokens, self._pending, self._end = pending.tokens, pending, end
+
+        def result(self):  # noqa: ANN202
+            device.now = max(device.now, self._end)
+            return self._pending.result()
+
+    monkeypatch.setattr(engine_module, "launch_sample", lambda *a, **k: Draws(sample(*a, **k), device.launch()))
+    blocks = BlockManager(num_blocks=64, block_size=4, enable_prefix_cache=False)
+    runner = FakeRunner(blocks, VOCAB, run_ahead=True)
+    return Engine(Scheduler(SchedulerLimits(4, 64, 256), blocks), runner, late_launch=late_launch), runner
+
+
+def drive(engine: Engine, device: AsyncDevice, arrivals: list[tuple[float, Sequence]],
+          first_token_at: dict[int, float]) -> None:
+    """EngineLoop's rounds on the device's clock: requests arrive at their times (added between steps, and during
+    a deferred step's wait), `step_due_in` is waited out, then a step; until nothing is left."""
+    def arrive() -> None:
+        while arrivals and arrivals[0][0] <= device.now:
+            engine.add(arrivals.pop(0)[1])
+
+    for _ in range(200):
+        arrive()
+        if not engine.has_work:
+            if not arrivals:
+                return
+            device.now = arrivals[0][0]
+            continue
+        if (due := engine.step_due_in()) > 0:
+            device.now += due
+            arrive()
+        for ev in engine.step()[0]:
+            first_token_at.setdefault(ev.seq.seq_id, device.now)
+    raise AssertionError("the engine did not finish")
+
+
+@pytest.mark.parametrize("late_launch", [False, True])
+def test_late_launch_queues_the_next_step_just_before_the_running_one_ends(
+        late_launch: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    device = AsyncDevice(step_s=0.020, launch_s=0.001)
+    engine, _ = async_engine(monkeypatch, device, late_launch)
+    drive(engine, device, [(0.0, make_seq(5, greedy(12)))], {})
+    decodes = device.launches[3:]  # from the third step on the engine has a decode step's duration
+    for (_, _, end), (launched, start, _) in zip(decodes, decodes[1:]):
+        assert start == pytest.approx(end)  # the device never waits for the host
+        if late_launch:  # launched its launch time and the slack (15% of 20 ms) before the running step's end
+            assert launched == pytest.approx(end - 0.001 - 0.003)
+        else:
+            assert launched < end - 0.015  # at once, a whole step ahead
+    assert engine.scheduler.blocks.num_free_blocks == 64
+
+
+def test_a_request_arriving_during_a_step_joins_the_next_one_with_late_launch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At once, the next step is already queued when the request comes: it waits that one out, then its own."""
+    ttft = {}
+    for late_launch in (False, True):
+        device = AsyncDevice(step_s=0.020, launch_s=0.001)
+        engine, _ = async_engine(monkeypatch, device, late_launch)
+        talker, late = make_seq(5, greedy(30)), make_seq(3, greedy(2))
+        first: dict[int, float] = {}
+        drive(engine, device, [(0.0, talker), (0.205, late)], first)  # mid-step: steps end every 20 ms
+        ttft[late_launch] = first[late.seq_id] - 0.205
+        assert late.output_ids == alone([1, 2, 3], greedy(2))
+    assert ttft[True] == pytest.approx(ttft[False] - 0.020)  # one step sooner
+
+
+def test_late_launch_follows_prefill_steps_and_steps_without_an_estimate_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    device = AsyncDevice(step_s=0.020, launch_s=0.001)
+    engine, _ = async_engine(monkeypatch, device, late_launch=True)
+    engine.add(make_seq(5, greedy(8)))
+    engine.step()  # the prefill launched; the first decode launched ahead of its read
+    assert engine.step_due_in() == 0.0  # no decode step of one row timed yet
+    while engine.step_due_in() == 0.0:
+        engine.step()
+    engine.add(make_seq(40, greedy(2)))  # a prefill joins the next step: that one is followed at once
+    engine.step()
+    assert engine._in_flight is not None and engine._in_flight.batch.num_tokens > 2
+    assert engine.step_due_in() == 0.0
+
+
+def test_late_launch_waits_for_nothing_on_a_runner_that_does_not_run_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    device = AsyncDevice(step_s=0.020, launch_s=0.001)
+    monkeypatch.setattr(engine_module, "time", device)
+    blocks = BlockManager(num_blocks=64, block_size=4, enable_prefix_cache=False)
+    engine = Engine(Scheduler(SchedulerLimits(4, 64, 256), blocks), FakeRunner(blocks, VOCAB, run_ahead=False),
+                    late_launch=True)
+    engine.add(make_seq(5, greedy(6)))
+    while engine.has_work:
+        assert engine.step_due_in() == 0.0
+        engine.step()

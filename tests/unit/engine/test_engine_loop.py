@@ -43,6 +43,8 @@ class FakeCore(StepCore):
         self.failed_with: BaseException | None = None
         self.release = threading.Event()  # a step waits on it when `hold` is set
         self.hold = False
+        self.defer: list[float] = []  # step_due_in's answers, one a step, then 0
+        self.stepped_with: list[set[int]] = []  # the live requests each step saw
 
     def thread_started(self) -> None:
         self.threads.add(threading.current_thread().name)
@@ -61,9 +63,13 @@ class FakeCore(StepCore):
     def has_work(self) -> bool:
         return bool(self.left)
 
+    def step_due_in(self) -> float:
+        return self.defer.pop(0) if self.defer else 0.0
+
     def step(self) -> StepResult:
         assert self.left, "step() called without work"
         self.threads.add(threading.current_thread().name)
+        self.stepped_with.append(set(self.left))
         if self.hold:
             self.release.wait(10)
         if self.fail_at_step is not None and self.steps >= self.fail_at_step:
@@ -170,6 +176,51 @@ def test_closing_a_stream_aborts_its_request_and_the_loop_sleeps_again() -> None
     steps = core.steps
     time.sleep(0.05)
     assert core.steps == steps  # no work: the thread waits for a command instead of stepping
+
+
+def test_a_step_the_core_defers_takes_the_commands_that_arrive_meanwhile() -> None:
+    core = FakeCore()
+    core.defer = [0.3]
+    loop = EngineLoop(core)
+
+    async def main() -> float:
+        first = loop.submit(1, 2)
+        await asyncio.sleep(0.1)  # inside the 300 ms the core asked for
+        second = loop.submit(2, 2)
+        began = time.monotonic()
+        await asyncio.gather(drain(first), drain(second))
+        return time.monotonic() - began
+
+    assert on_loop(loop, main) < 5
+    assert core.stepped_with[0] == {1, 2}  # the first step waited, and ran with the request that came meanwhile
+
+
+def test_a_stop_while_a_step_is_deferred_ends_the_loop_at_once() -> None:
+    core = FakeCore()
+    core.defer = [30.0]
+    loop = EngineLoop(core)
+
+    async def main() -> None:
+        loop.submit(1, 2)
+        await asyncio.sleep(0.05)
+
+    began = time.monotonic()
+    on_loop(loop, main)  # closes the loop: a stop command in the queue it waits on
+    assert time.monotonic() - began < 5 and not loop.is_alive and core.steps == 0
+
+
+def test_an_abort_while_a_step_is_deferred_leaves_nothing_to_step() -> None:
+    core = FakeCore()
+    core.defer = [0.3]
+    loop = EngineLoop(core)
+
+    async def main() -> None:
+        async with loop.submit(1, 2):
+            await asyncio.sleep(0.05)  # closed unread inside the wait: an Abort
+        await asyncio.sleep(0.5)
+
+    on_loop(loop, main)
+    assert core.steps == 0 and isinstance(core.commands[-1], Abort) and loop.failure is None
 
 
 def test_a_failing_core_ends_every_stream_with_unavailable_after_what_it_owed() -> None:

@@ -131,8 +131,8 @@ def test_a_setting_in_a_stage_that_has_no_use_for_it_is_refused(key: str) -> Non
     ({"thinker.engine.max_num_seq": 4},
      "unknown config key thinker.engine.max_num_seq (did you mean max_num_seqs?): thinker.engine takes only "
      "max_num_seqs, max_waiting_seqs, max_batch_tokens, block_size, num_kv_blocks, kv_cache_bytes, max_model_len, "
-     "token_flush_ms, enable_prefix_cache, num_state_slots, num_state_snapshots, cuda_graphs, decode_batch_buckets, "
-     "prefill_token_buckets"),
+     "token_flush_ms, enable_prefix_cache, late_launch, num_state_slots, num_state_snapshots, cuda_graphs, "
+     "decode_batch_buckets, prefill_token_buckets"),
 ])
 def test_the_wording_of_each_kind_of_error(overrides: dict[str, Any], message: str) -> None:
     assert load_error(overrides) == message
