@@ -67,6 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--state-snapshots", type=int, default=None,
                    help="thinker.engine.num_state_snapshots of a hybrid model (Qwen3.5; default: the engine's)")
+    p.add_argument("--late-launch", action="store_true",
+                   help="thinker.engine.late_launch: a step run ahead is launched just before the running one ends")
     p.add_argument("--margin", type=int, default=8, help="gateway.thinker_routing_margin of the prefix_aware run")
     p.add_argument("--concurrency", type=int, nargs="+", default=[16, 32])
     p.add_argument("--turns", type=int, default=4)
@@ -118,6 +120,8 @@ def thinker_section(args: argparse.Namespace) -> dict[str, Any]:
               "max_batch_tokens": max(2048, args.max_num_seqs)}
     if args.state_snapshots is not None:
         engine["num_state_snapshots"] = args.state_snapshots
+    if args.late_launch:
+        engine["late_launch"] = True
     return {"replicas": len(args.devices), "devices": args.devices,
             "dtype": "bfloat16" if on_gpu(args) else "float32", "engine": engine}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.thinker.bench_replicas import main
+from bench.thinker.bench_replicas import main, parse_args, thinker_section
 from runtime.model_path import resolve_model
 
 
@@ -46,3 +46,9 @@ def test_a_hybrid_checkpoint_on_cpu_devices_routes_by_its_kept_states(tmp_path: 
     (level,) = result["levels"]
     assert all(level[policy]["requests"] == 4 for policy in ("prefix_aware", "round_robin"))
     assert level["prefix_aware"]["prefix_hit_rate"] > 0 and result["mesh_exit"] == 0
+
+
+def test_late_launch_reaches_the_replicas_engine_section() -> None:
+    for flags, want in (([], None), (["--late-launch"], True)):
+        section = thinker_section(parse_args(["--tiny", "--out", "replicas.json", *flags]))
+        assert section["engine"].get("late_launch") is want
