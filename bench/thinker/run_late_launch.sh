@@ -3,7 +3,8 @@
 # (the default) and with `engine.late_launch` (launched just before the running step ends, so arrivals join it),
 # the same random checkpoint and prompts, one after the other. Writes $OUT/late-launch-{off,on}.json.
 # Usage on the device, from the repo root, with the wheels of bench/gpu-wheels.txt in .whl/:
-#   OUT=/some/dir OMNIMESH_COMMIT=<sha> [EACH_S=270] [EXTRA="--concurrency 8 32"] bash bench/thinker/run_late_launch.sh
+#   OUT=/some/dir OMNIMESH_COMMIT=<sha> [EACH_S=270: the first run also compiles the kernels] \
+#     [EXTRA="--concurrency 8 32 --mesh-log-level DEBUG"] bash bench/thinker/run_late_launch.sh
 source bench/device_setup.sh /tmp/late-launch
 SECONDS=0
 for mode in off on; do
