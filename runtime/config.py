@@ -94,7 +94,7 @@ class EngineConfig:
     token_flush_ms: StrictFloat = Field(15.0, ge=0)
     enable_prefix_cache: StrictBool = True  # reuse the KV of full blocks whose tokens and media match an earlier prompt
     # with steps run one ahead (GPU): launch the next decode step just before the running one ends, not at once, so
-    # that requests arriving meanwhile join it (runtime/engine/engine.py); opt-in until measured on a GPU
+    # that requests arriving meanwhile join it (runtime/engine/engine.py); opt-in: no TTFT gain measured yet
     late_launch: StrictBool = False
     # Qwen3.5: sequences running at once hold one linear-attention state slot each (~49 MiB at 9B in fp32); with
     # all held, admission waits and the queue beyond it is max_waiting_seqs
