@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-buckets", type=int, nargs="*", default=[64, 128, 256, 512, 1024, 2048],
                    help="prefill token ladder (rungs above --max-batch-tokens are dropped)")
     p.add_argument("--no-graphs", action="store_true", help="eager steps only (to measure what graphs give)")
+    p.add_argument("--think-ms", type=float, default=0.0,
+                   help="each gateway-level client waits a uniform 0..this before each request (0: the next request "
+                        "as the last one ends), so arrivals spread over the engine's steps")
     p.add_argument("--late-launch", action="store_true",
                    help="the gateway run's thinker with engine.late_launch (a step launched ahead waits until the "
                         "running one nearly ends, so arrivals join it)")

@@ -316,7 +316,7 @@ class Bench:
             requests = {i: self.chat_request(maker.make(i).text, args.output_tokens, i)
                         for i in range(index, index + 2 * c + self.measured(c))}
             level = gateway_loop.run_level_with_stages(mesh, lambda i: requests.get(i) or self.chat_request(
-                maker.make(i).text, args.output_tokens, i), c, c, self.measured(c), index)
+                maker.make(i).text, args.output_tokens, i), c, c, self.measured(c), index, args.think_ms / 1000)
             index = level.pop("next_index")
             out["levels"].append(level)
             log.info("gateway c=%d: %.1f tok/s, TTFT p50 %.1f ms", c, level["output_tok_s"] or 0,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -102,18 +103,23 @@ async def _one(stub: omni_pb2_grpc.OmniStub, request: omni_pb2.ChatRequest, rec:
 async def closed_loop(address: str, make_request: Callable[[int], Any], concurrency: int,
                       warmup: int, measured: int, first_index: int = 0,
                       call: Callable[[omni_pb2_grpc.OmniStub, Any, RequestRecord], Awaitable[None]] = _one,
-                      channels: int = 1) -> list[RequestRecord]:
+                      channels: int = 1, think_s: float = 0.0) -> list[RequestRecord]:
     """`concurrency` workers; each starts a new request when its last one ends, until the measured ones are done.
     `call` runs one request and fills its record (default: a Chat stream; bench/asr passes a Transcribe one).
     `channels`: connections the workers take in turn, as that many clients would open (gateway replicas sharing a
-    port each serve the connections the kernel gives them)."""
+    port each serve the connections the kernel gives them). `think_s`: each worker waits a uniform 0..think_s
+    before each request, as users do, so arrivals spread over the engine's steps instead of following the tokens
+    that ended the last request (bench/thinker/late_launch_model.py)."""
     records: list[RequestRecord] = []
     counter = iter(range(first_index, first_index + 10**9))
     done = asyncio.Event()
     remaining = [measured]
+    think = random.Random(first_index)
 
     async def worker(stub: omni_pb2_grpc.OmniStub) -> None:
         while not done.is_set():
+            if think_s:
+                await asyncio.sleep(think.uniform(0, think_s))
             index = next(counter)
             request = make_request(index)  # before the clock starts: building a prompt is the client's own time
             rec = RequestRecord(index, time.perf_counter(), warmup <= index - first_index < warmup + measured)
@@ -144,17 +150,18 @@ async def closed_loop(address: str, make_request: Callable[[int], Any], concurre
 
 
 def run_level(address: str, make_request: Callable[[int], omni_pb2.ChatRequest], concurrency: int, warmup: int,
-              measured: int, first_index: int) -> dict[str, Any]:
-    records = asyncio.run(closed_loop(address, make_request, concurrency, warmup, measured, first_index))
+              measured: int, first_index: int, think_s: float = 0.0) -> dict[str, Any]:
+    records = asyncio.run(closed_loop(address, make_request, concurrency, warmup, measured, first_index,
+                                      think_s=think_s))
     out = summarize(records, concurrency)
     out["next_index"] = first_index + len(records)
     return out
 
 
 def run_level_with_stages(mesh: Mesh, make_request: Callable[[int], omni_pb2.ChatRequest], concurrency: int,
-                          warmup: int, measured: int, first_index: int) -> dict[str, Any]:
+                          warmup: int, measured: int, first_index: int, think_s: float = 0.0) -> dict[str, Any]:
     """`run_level` on the mesh, with what each of its processes did over the level (`stages`: engine steps and
     their mean time, queue, CPU of each thread: bench/thinker/stage_counters.py), warm-up requests included."""
     with measured_phase(mesh.readings) as phase:
-        out = run_level(mesh.address, make_request, concurrency, warmup, measured, first_index)
+        out = run_level(mesh.address, make_request, concurrency, warmup, measured, first_index, think_s)
     return out | {"stages": phase.stages}

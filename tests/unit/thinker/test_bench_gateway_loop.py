@@ -27,3 +27,24 @@ def test_a_request_is_made_before_its_clock_starts() -> None:
                                                    call=call))
     assert [r.index for r in records] == [0, 1, 2]
     assert all(started_at[i] >= made_at[i] for i in started_at)  # the 20 ms of making is outside every TTFT
+
+
+def test_think_time_spaces_a_clients_requests_and_stays_out_of_their_clocks() -> None:
+    """With think_s a worker waits a uniform 0..think_s before each request (arrivals spread over the engine's
+    steps); without, the next request follows the last one's end at once."""
+    def gaps(think_s: float) -> list[float]:
+        records: list[RequestRecord] = []
+
+        async def call(stub: object, request: int, rec: RequestRecord) -> None:
+            records.append(rec)
+            await asyncio.sleep(0.001)
+            rec.add(time.perf_counter(), 1)
+            rec.end = time.perf_counter()
+
+        asyncio.run(gateway_loop.closed_loop("127.0.0.1:1", lambda i: i, concurrency=1, warmup=0, measured=12,
+                                             call=call, think_s=think_s))
+        return [b.start - a.end for a, b in zip(records, records[1:])]
+
+    spaced = gaps(0.05)
+    assert all(0 <= g < 0.05 + 0.05 for g in spaced) and max(spaced) > 0.01  # drawn, not a constant 0
+    assert max(gaps(0.0)) < 0.01
