@@ -134,7 +134,8 @@ class Engine:
             pending = self.scheduler.advance(launched.batch, launched.seqs)
             index = {s.seq_id: i for i, s in enumerate(launched.seqs)}
             self._in_flight = self._launch(self.scheduler.schedule(), PendingTokens(launched.draws.tokens, index))
-            self._launch_s = _ema(self._launch_s, time.perf_counter() - scheduling)
+            if self._late_launch:
+                self._launch_s = _ema(self._launch_s, time.perf_counter() - scheduling)
             result = launched.draws.result()
             self.scheduler.resolve(pending, {s.seq_id: t for s, t in zip(launched.seqs, result.token_ids)})
         else:
