@@ -19,10 +19,14 @@ import asyncio
 import json
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from bench.thinker.bench_thinker import provenance_of
 from runtime.engine import engine as engine_module
 from runtime.engine.block_manager import BlockManager
 from runtime.engine.engine import Engine
@@ -121,8 +125,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--arrivals", nargs="+", choices=("closed", "think", "open"), default=["closed", "think", "open"])
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    result: dict[str, Any] = {"model": "runtime/engine on a modelled device (bench/thinker/late_launch_model.py)",
-                              "date": time.strftime("%FT%TZ", time.gmtime()),
+    command = " ".join(["bench/thinker/late_launch_model.py", *(argv if argv is not None else sys.argv[1:])])
+    result: dict[str, Any] = {**provenance_of(command, torch.device("cpu")),
+                              "model": "runtime/engine on a modelled device (bench/thinker/late_launch_model.py)",
                               "flags": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                               "runs": []}
     for kind in args.arrivals:

@@ -14,7 +14,9 @@ def test_each_arrival_kind_runs_both_ways_and_leaves_the_sampler_as_it_was(tmp_p
     out = tmp_path / "model.json"
     main(["--out", str(out), "--step-ms", "5", "--concurrency", "2", "--output-tokens", "3", "--requests", "6",
           "--think-ms", "10"])
-    runs = json.loads(out.read_text())["runs"]
+    result = json.loads(out.read_text())
+    assert {"commit", "date", "device", "command"} <= set(result)
+    runs = result["runs"]
     assert [(r["arrivals"], r["late_launch"]) for r in runs] == [
         (kind, late) for kind in ("closed", "think", "open") for late in (False, True)]
     assert all(r["requests"] >= 4 and r["ttft_ms_p50"] > 0 for r in runs)
